@@ -1,0 +1,31 @@
+// Execution-space and contract macros shared by host and device code (device-safe).
+#pragma once
+
+#if defined(__CUDACC__)
+#define DCPP_HOST_DEVICE __host__ __device__
+#define DCPP_KERNEL __global__
+#else
+#define DCPP_HOST_DEVICE
+#define DCPP_KERNEL
+#endif
+
+//! Contract check. Off in release builds unless DCPP_ENABLE_CONTRACTS is defined; tests define
+//! DCPP_CONTRACT_VIOLATION to throw so that contracts are testable.
+#ifndef DCPP_CONTRACT_VIOLATION
+#include <cstdio>
+#include <cstdlib>
+#define DCPP_CONTRACT_VIOLATION(condition_text, file, line)                                        \
+  (std::fprintf(stderr, "dcpp: contract violated: %s at %s:%d\n", condition_text, file, line),     \
+   std::abort())
+#endif
+
+#if !defined(DCPP_ENABLE_CONTRACTS) && !defined(NDEBUG)
+#define DCPP_ENABLE_CONTRACTS 1
+#endif
+
+#if defined(DCPP_ENABLE_CONTRACTS) && DCPP_ENABLE_CONTRACTS && !defined(__CUDA_ARCH__)
+#define DCPP_EXPECTS(condition)                                                                    \
+  ((condition) ? void(0) : void(DCPP_CONTRACT_VIOLATION(#condition, __FILE__, __LINE__)))
+#else
+#define DCPP_EXPECTS(condition) void(0)
+#endif

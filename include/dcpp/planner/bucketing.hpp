@@ -1,0 +1,95 @@
+// The bucketing concept: the order, in classes, in which packing policies consider samples.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <vector>
+
+#include "dcpp/planner/options.hpp"
+
+namespace dcpp {
+
+//! Ordered classes of sample ids. Packing policies take samples bucket by bucket, in order,
+//! and inside a bucket in the given order. Every sample is in exactly one bucket.
+using bucket_list = std::vector<std::vector<std::int32_t>>;
+
+//! A bucketing policy: `buckets(problem, work)` where `work[i]` is sample i's cost on its
+//! smallest legal CP group.
+template <class B>
+concept bucketing_policy =
+    std::copyable<B> && requires(const B& b, const problem& p, std::span<const double> work) {
+      { b.buckets(p, work) } -> std::same_as<bucket_list>;
+    };
+
+namespace detail {
+//! Sample ids sorted by descending work, then descending length, then ascending id.
+inline std::vector<std::int32_t> by_descending_work(const problem& p, std::span<const double> work) {
+  std::vector<std::int32_t> ids(p.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::sort(ids.begin(), ids.end(), [&](std::int32_t a, std::int32_t b) {
+    const auto ua = static_cast<std::size_t>(a);
+    const auto ub = static_cast<std::size_t>(b);
+    if (work[ua] != work[ub]) return work[ua] > work[ub];
+    if (p.lengths[ua] != p.lengths[ub]) return p.lengths[ua] > p.lengths[ub];
+    return a < b;
+  });
+  return ids;
+}
+}  // namespace detail
+
+//! One bucket per smallest CP size, largest CP first; inside, longest first (ties: lower id).
+//! The default: groups that need many ranks are placed while the world still has room.
+struct by_cp_size {
+  [[nodiscard]] bucket_list buckets(const problem& p, std::span<const double> work) const {
+    (void)work;
+    std::vector<std::int32_t> ids(p.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    std::sort(ids.begin(), ids.end(), [&](std::int32_t a, std::int32_t b) {
+      const auto ua = static_cast<std::size_t>(a);
+      const auto ub = static_cast<std::size_t>(b);
+      if (p.min_cp_of[ua] != p.min_cp_of[ub]) return p.min_cp_of[ua] > p.min_cp_of[ub];
+      if (p.lengths[ua] != p.lengths[ub]) return p.lengths[ua] > p.lengths[ub];
+      return a < b;
+    });
+    bucket_list out;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (i == 0 || p.min_cp_of[static_cast<std::size_t>(ids[i])] !=
+                        p.min_cp_of[static_cast<std::size_t>(ids[i - 1])])
+        out.emplace_back();
+      out.back().push_back(ids[i]);
+    }
+    return out;
+  }
+};
+static_assert(bucketing_policy<by_cp_size>);
+
+//! No classes: one bucket, heaviest first.
+struct single_bucket {
+  [[nodiscard]] bucket_list buckets(const problem& p, std::span<const double> work) const {
+    return {detail::by_descending_work(p, work)};
+  }
+};
+static_assert(bucketing_policy<single_bucket>);
+
+//! `count` buckets of (nearly) equal size by descending work.
+struct by_work_quantile {
+  std::int32_t count = 4;
+  [[nodiscard]] bucket_list buckets(const problem& p, std::span<const double> work) const {
+    const auto ids = detail::by_descending_work(p, work);
+    const std::size_t k = std::max<std::size_t>(1, static_cast<std::size_t>(std::max(1, count)));
+    bucket_list out;
+    for (std::size_t b = 0; b < k; ++b) {
+      const std::size_t lo = ids.size() * b / k;
+      const std::size_t hi = ids.size() * (b + 1) / k;
+      if (hi > lo) out.emplace_back(ids.begin() + static_cast<std::ptrdiff_t>(lo),
+                                    ids.begin() + static_cast<std::ptrdiff_t>(hi));
+    }
+    return out;
+  }
+};
+static_assert(bucketing_policy<by_work_quantile>);
+
+}  // namespace dcpp

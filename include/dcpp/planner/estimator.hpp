@@ -1,0 +1,30 @@
+// The workload-estimator concept and the simplest model of it, Megatron-LM's length^2 / cp.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+
+namespace dcpp {
+
+//! A workload estimator: `cost(length, cp)` is the time, on each rank of a group of `cp` ranks,
+//! to run one sample of `length` tokens (forward and backward). Any unit, as long as it is the
+//! same for every call: plans compare sums and maxima of costs.
+//! Contract (not checkable by syntax): deterministic, finite, non-negative, non-decreasing in
+//! `length`.
+template <class E>
+concept workload_estimator =
+    std::copyable<E> && requires(const E& e, std::int64_t length, std::int32_t cp) {
+      { e.cost(length, cp) } -> std::convertible_to<double>;
+    };
+
+//! `length^2 / cp`: the cost model of Megatron-LM's dynamic-CP scheduler. Used for parity with
+//! Megatron's plans; it ignores the linear layers and the ring's communication.
+struct megatron_cost {
+  [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const noexcept {
+    const auto l = static_cast<double>(length);
+    return l * l / static_cast<double>(cp);
+  }
+};
+static_assert(workload_estimator<megatron_cost>);
+
+}  // namespace dcpp

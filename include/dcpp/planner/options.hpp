@@ -1,0 +1,185 @@
+// Planner options, group topology and the per-sample facts every packing policy starts from.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "dcpp/core/math.hpp"
+#include "dcpp/error.hpp"
+
+namespace dcpp {
+
+//! Which rank ranges may form a CP group.
+enum class topology : std::uint8_t {
+  //! `cp` a power of two, `first_rank % cp == 0`, `first_rank + cp <= world_size` (NCCL-friendly:
+  //! the aligned groups nest like a binary tree, so the communicators can be created up front).
+  aligned,
+  //! any `cp` in [min_cp, max_cp], any `first_rank` with `first_rank + cp <= world_size`.
+  contiguous,
+};
+
+constexpr std::string_view to_string(topology t) noexcept {
+  return t == topology::aligned ? "aligned" : "contiguous";
+}
+
+//! Everything the planner needs besides the lengths. Plain data: copy, compare, print.
+struct plan_options {
+  std::int32_t world_size = 8;               //!< N: ranks of the dynamic mesh (DP x CP)
+  std::int64_t max_tokens_per_rank = 4096;   //!< M: token budget per rank and micro-batch
+  std::int32_t min_cp = 1;                   //!< smallest CP group size
+  std::int32_t max_cp = 0;                   //!< largest CP group size; 0 means world_size
+  topology group_topology = topology::aligned;
+  std::int64_t padding_unit = 1;             //!< samples pad to a multiple of 2*cp*padding_unit
+  std::int32_t microbatch_multiple = 1;      //!< micro-batch count must be a multiple of this
+
+  [[nodiscard]] std::int32_t effective_max_cp() const noexcept {
+    return max_cp == 0 ? world_size : std::min(max_cp, world_size);
+  }
+  friend bool operator==(const plan_options&, const plan_options&) = default;
+};
+
+//! True when a group of `cp` ranks starting at `first_rank` is legal under `options`.
+inline bool is_legal_group(const plan_options& options, std::int32_t first_rank, std::int32_t cp) {
+  if (cp < options.min_cp || cp > options.effective_max_cp()) return false;
+  if (first_rank < 0 || first_rank + cp > options.world_size) return false;
+  if (options.group_topology == topology::aligned)
+    return is_power_of_two(cp) && first_rank % cp == 0;
+  return true;
+}
+
+//! The CP sizes a group may have, ascending.
+inline std::vector<std::int32_t> legal_cp_sizes(const plan_options& options) {
+  std::vector<std::int32_t> sizes;
+  const std::int32_t hi = options.effective_max_cp();
+  for (std::int32_t cp = std::max(1, options.min_cp); cp <= hi; ++cp)
+    if (options.group_topology == topology::contiguous || is_power_of_two(cp)) sizes.push_back(cp);
+  return sizes;
+}
+
+//! Tokens a sample of `length` puts on each rank of a group of `cp` (padding included).
+inline std::int64_t tokens_per_rank(const plan_options& options, std::int64_t length,
+                                    std::int32_t cp) {
+  return padded_length(length, cp, options.padding_unit) / cp;
+}
+
+//! Checks the options alone (no lengths). Cheap; names the field, the value and the limit.
+inline status check_options(const plan_options& o) noexcept {
+  using enum status_code;
+  if (o.world_size < 1)
+    return status::failure(invalid_option, fmt::format("world_size = {} must be >= 1", o.world_size));
+  if (o.padding_unit < 1)
+    return status::failure(invalid_option,
+                           fmt::format("padding_unit = {} must be >= 1", o.padding_unit));
+  if (o.max_tokens_per_rank < 2 * o.padding_unit)
+    return status::failure(
+        budget_below_padding,
+        fmt::format("max_tokens_per_rank = {} is below the padding unit 2*padding_unit = {}",
+                    o.max_tokens_per_rank, 2 * o.padding_unit));
+  if (o.min_cp < 1)
+    return status::failure(invalid_option, fmt::format("min_cp = {} must be >= 1", o.min_cp));
+  if (o.max_cp < 0)
+    return status::failure(invalid_option,
+                           fmt::format("max_cp = {} must be >= 0 (0: world size)", o.max_cp));
+  if (o.min_cp > o.effective_max_cp())
+    return status::failure(invalid_option,
+                           fmt::format("min_cp = {} exceeds max_cp = {} (world_size = {})",
+                                       o.min_cp, o.effective_max_cp(), o.world_size));
+  if (o.microbatch_multiple < 1)
+    return status::failure(invalid_option, fmt::format("microbatch_multiple = {} must be >= 1",
+                                                       o.microbatch_multiple));
+  if (o.group_topology == topology::aligned) {
+    if (!is_power_of_two(o.min_cp))
+      return status::failure(invalid_option,
+                             fmt::format("min_cp = {} must be a power of two in the aligned "
+                                         "topology (use --topology contiguous)",
+                                         o.min_cp));
+    if (o.world_size % o.min_cp != 0)
+      return status::failure(world_not_divisible,
+                             fmt::format("world_size = {} is not a multiple of min_cp = {}: the "
+                                         "aligned topology tiles the world with groups of min_cp",
+                                         o.world_size, o.min_cp));
+  } else if (o.world_size % o.min_cp != 0) {
+    return status::failure(world_not_divisible,
+                           fmt::format("world_size = {} is not a multiple of min_cp = {}: ranks "
+                                       "would be left without a group",
+                                       o.world_size, o.min_cp));
+  }
+  return status::success();
+}
+
+//! A planning problem: lengths, options and, per sample, the smallest legal CP size on which it
+//! fits the budget. Built by `make_problem`, which checks everything first.
+struct problem {
+  plan_options options;
+  std::vector<std::int64_t> lengths;
+  std::vector<std::int32_t> min_cp_of;       //!< per sample: smallest legal cp that fits
+  std::vector<std::int32_t> cp_sizes;        //!< legal cp sizes, ascending
+
+  [[nodiscard]] std::size_t size() const noexcept { return lengths.size(); }
+  [[nodiscard]] std::int64_t rank_tokens(std::size_t sample, std::int32_t cp) const {
+    return tokens_per_rank(options, lengths[sample], cp);
+  }
+};
+
+//! Largest sample length that fits on some legal group (the limit quoted in errors).
+inline std::int64_t max_plannable_length(const plan_options& o) {
+  const auto sizes = legal_cp_sizes(o);
+  std::int64_t best = 0;
+  for (const std::int32_t cp : sizes) {
+    // largest L with padded(L)/cp <= M: padded is a multiple of 2*cp*unit
+    const std::int64_t unit = 2 * std::int64_t{cp} * o.padding_unit;
+    const std::int64_t padded = (o.max_tokens_per_rank * cp / unit) * unit;
+    best = std::max(best, padded);
+  }
+  return best;
+}
+
+//! Checks options and lengths together: non-empty, every length positive and plannable.
+inline status check_problem(const plan_options& o, std::span<const std::int64_t> lengths) noexcept {
+  if (status s = check_options(o); !s) return s;
+  if (lengths.empty())
+    return status::failure(status_code::empty_batch, "the batch is empty: no sample to plan");
+  const std::int64_t limit = max_plannable_length(o);
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] <= 0)
+      return status::failure(status_code::invalid_length,
+                             fmt::format("sample {}: length = {} must be positive", i, lengths[i]),
+                             static_cast<std::int64_t>(i));
+    if (lengths[i] > limit)
+      return status::failure(
+          status_code::sample_too_long,
+          fmt::format("sample {}: length = {} exceeds the largest plannable length {} "
+                      "(max_cp = {} x max_tokens_per_rank = {}, {} topology, padding included)",
+                      i, lengths[i], limit, o.effective_max_cp(), o.max_tokens_per_rank,
+                      to_string(o.group_topology)),
+          static_cast<std::int64_t>(i));
+  }
+  return status::success();
+}
+
+//! Builds the problem; throws dcpp::error if `check_problem` fails.
+inline problem make_problem(const plan_options& o, std::span<const std::int64_t> lengths) {
+  throw_if_failed(check_problem(o, lengths));
+  problem p;
+  p.options = o;
+  p.lengths.assign(lengths.begin(), lengths.end());
+  p.cp_sizes = legal_cp_sizes(o);
+  p.min_cp_of.resize(lengths.size());
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    for (const std::int32_t cp : p.cp_sizes) {
+      if (tokens_per_rank(o, lengths[i], cp) <= o.max_tokens_per_rank) {
+        p.min_cp_of[i] = cp;
+        break;
+      }
+    }
+  }
+  return p;
+}
+
+}  // namespace dcpp

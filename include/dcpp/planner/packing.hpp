@@ -1,0 +1,249 @@
+// The packing-policy concept and the micro-batch bookkeeping that the shipped policies share.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "dcpp/planner/bucketing.hpp"
+#include "dcpp/planner/estimator.hpp"
+#include "dcpp/planner/options.hpp"
+#include "dcpp/planner/plan.hpp"
+
+namespace dcpp {
+
+//! A packing policy turns a problem into groups and micro-batches. `pack` fills
+//! `plan::microbatches` (the planner canonicalises, evaluates and validates what it returns);
+//! `name` identifies it in outputs. A policy may also offer `check(problem) -> status` for
+//! conditions of its own (e.g. a fixed CP size too small for the longest sample).
+template <class P, class E>
+concept packing_policy =
+    std::copyable<P> && workload_estimator<E> &&
+    requires(const P& p, const problem& pr, const E& e, const bucket_list& buckets) {
+      { p.pack(pr, e, buckets) } -> std::same_as<plan>;
+      { P::name } -> std::convertible_to<std::string_view>;
+    };
+
+namespace detail {
+
+//! Groups of one micro-batch under construction, with per-rank ownership.
+class microbatch_state {
+public:
+  struct group {
+    std::int32_t first_rank = 0;
+    std::int32_t cp = 1;
+    std::int64_t tokens = 0;  // per rank
+    double load = 0;          // per rank
+    std::vector<std::int32_t> samples;
+  };
+
+  explicit microbatch_state(std::int32_t world_size)
+      : owner_(static_cast<std::size_t>(world_size), -1), free_(world_size) {}
+
+  [[nodiscard]] std::int32_t world_size() const noexcept {
+    return static_cast<std::int32_t>(owner_.size());
+  }
+  [[nodiscard]] std::int32_t free_ranks() const noexcept { return free_; }
+  [[nodiscard]] std::vector<group>& groups() noexcept { return groups_; }
+  [[nodiscard]] const std::vector<group>& groups() const noexcept { return groups_; }
+
+  //! First legal block of `cp` free ranks, scanning upward; nullopt if none.
+  [[nodiscard]] std::optional<std::int32_t> free_block(const plan_options& o, std::int32_t cp) const {
+    if (free_ < cp) return std::nullopt;
+    const std::int32_t step = o.group_topology == topology::aligned ? cp : 1;
+    std::int32_t first = lowest_free_ / step * step;
+    while (first + cp <= world_size()) {
+      std::int32_t busy = -1;
+      for (std::int32_t r = first + cp - 1; r >= first; --r)
+        if (owner_[static_cast<std::size_t>(r)] >= 0) {
+          busy = r;
+          break;
+        }
+      if (busy < 0) return first;
+      first = round_up(busy + 1, step);
+    }
+    return std::nullopt;
+  }
+
+  //! Opens an empty group on free ranks [first, first+cp); returns its index.
+  std::int32_t open(std::int32_t first, std::int32_t cp) {
+    const auto index = static_cast<std::int32_t>(groups_.size());
+    groups_.push_back(group{first, cp, 0, 0.0, {}});
+    for (std::int32_t r = first; r < first + cp; ++r) owner_[static_cast<std::size_t>(r)] = index;
+    free_ -= cp;
+    while (lowest_free_ < world_size() && owner_[static_cast<std::size_t>(lowest_free_)] >= 0) ++lowest_free_;
+    return index;
+  }
+
+  void add(std::int32_t g, std::int32_t sample, std::int64_t tokens, double cost) {
+    auto& grp = groups_[static_cast<std::size_t>(g)];
+    grp.samples.push_back(sample);
+    grp.tokens += tokens;
+    grp.load += cost;
+  }
+
+  [[nodiscard]] double max_load() const noexcept {
+    double m = 0;
+    for (const auto& g : groups_) m = std::max(m, g.load);
+    return m;
+  }
+
+  //! Re-places the groups largest-cp first from rank 0 (stable for equal cp). Sizes that are
+  //! powers of two laid out in descending order land on aligned offsets; contiguous groups
+  //! need no alignment. Free ranks end up as one run at the top.
+  void compact() {
+    std::stable_sort(groups_.begin(), groups_.end(),
+                     [](const group& a, const group& b) { return a.cp > b.cp; });
+    std::fill(owner_.begin(), owner_.end(), -1);
+    std::int32_t next = 0;
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      groups_[g].first_rank = next;
+      for (std::int32_t r = next; r < next + groups_[g].cp; ++r)
+        owner_[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(g);
+      next += groups_[g].cp;
+    }
+    free_ = world_size() - next;
+    lowest_free_ = next;
+  }
+
+  //! Fills idle ranks by growing the smallest groups to the next legal size (their samples
+  //! spread over more ranks), as Megatron-LM's scheduler does; stops when no group can grow.
+  template <class Estimator>
+  void grow_into_idle_ranks(const problem& pr, const Estimator& estimator) {
+    compact();
+    while (free_ > 0) {
+      std::optional<std::size_t> pick;
+      std::int32_t next_cp = 0;
+      for (std::size_t g = 0; g < groups_.size(); ++g) {
+        const auto it = std::upper_bound(pr.cp_sizes.begin(), pr.cp_sizes.end(), groups_[g].cp);
+        if (it == pr.cp_sizes.end() || *it - groups_[g].cp > free_) continue;
+        if (!pick || groups_[g].cp < groups_[*pick].cp) {
+          pick = g;
+          next_cp = *it;
+        }
+      }
+      if (!pick) return;
+      auto& grp = groups_[*pick];
+      grp.cp = next_cp;
+      grp.tokens = 0;
+      grp.load = 0;
+      for (const std::int32_t s : grp.samples) {
+        grp.tokens += pr.rank_tokens(static_cast<std::size_t>(s), next_cp);
+        grp.load += static_cast<double>(estimator.cost(pr.lengths[static_cast<std::size_t>(s)], next_cp));
+      }
+      compact();
+    }
+  }
+
+  [[nodiscard]] plan_microbatch to_plan() const {
+    plan_microbatch mb;
+    for (const auto& g : groups_)
+      if (!g.samples.empty()) mb.groups.push_back(plan_group{g.first_rank, g.cp, g.samples, 0, 0.0});
+    return mb;
+  }
+
+private:
+  std::vector<group> groups_;
+  std::vector<std::int32_t> owner_;
+  std::int32_t free_ = 0;
+  std::int32_t lowest_free_ = 0;  // no free rank below this one
+};
+
+//! Flattens buckets into one processing order.
+inline std::vector<std::int32_t> flatten(const bucket_list& buckets) {
+  std::vector<std::int32_t> out;
+  for (const auto& b : buckets) out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+//! Raises the micro-batch count to a multiple of `multiple` by splitting the micro-batch with
+//! the most groups in two (groups dealt alternately by descending load), or, when every
+//! micro-batch has one group, the group with the most samples. With `grow`, idle ranks of the
+//! two halves are filled by growing groups. Appends an empty micro-batch only when nothing can
+//! be split (fewer samples than the multiple).
+template <class Estimator>
+void split_to_multiple(std::vector<microbatch_state>& mbs, std::int32_t multiple,
+                       const problem& pr, const Estimator& estimator, bool grow) {
+  const std::int32_t world = pr.options.world_size;
+  while (mbs.size() % static_cast<std::size_t>(multiple) != 0) {
+    std::optional<std::size_t> by_groups;
+    std::optional<std::size_t> by_samples;  // only single-group micro-batches remain then
+    std::size_t most_samples = 1;
+    for (std::size_t m = 0; m < mbs.size(); ++m) {
+      const auto& gs = mbs[m].groups();
+      if (gs.size() >= 2 && (!by_groups || gs.size() > mbs[*by_groups].groups().size()))
+        by_groups = m;
+      if (gs.size() == 1 && gs.front().samples.size() > most_samples) {
+        most_samples = gs.front().samples.size();
+        by_samples = m;
+      }
+    }
+    microbatch_state a(world);
+    microbatch_state b(world);
+    if (by_groups) {
+      auto groups = mbs[*by_groups].groups();
+      std::stable_sort(groups.begin(), groups.end(),
+                       [](const auto& x, const auto& y) { return x.load > y.load; });
+      double load_a = 0;
+      double load_b = 0;
+      for (auto& g : groups) {
+        auto& target = load_a <= load_b ? a : b;
+        (load_a <= load_b ? load_a : load_b) += g.load * g.cp;
+        const auto block = target.free_block(pr.options, g.cp);
+        const std::int32_t gi = target.open(block.value_or(0), g.cp);
+        target.groups()[static_cast<std::size_t>(gi)] = g;
+        target.groups()[static_cast<std::size_t>(gi)].first_rank = block.value_or(0);
+      }
+      a.compact();
+      b.compact();
+      mbs[*by_groups] = std::move(a);
+      mbs.insert(mbs.begin() + static_cast<std::ptrdiff_t>(*by_groups) + 1, std::move(b));
+      if (grow) {
+        mbs[*by_groups].grow_into_idle_ranks(pr, estimator);
+        mbs[*by_groups + 1].grow_into_idle_ranks(pr, estimator);
+      }
+    } else if (by_samples) {
+      auto g = mbs[*by_samples].groups().front();
+      const std::int32_t ga = a.open(0, g.cp);
+      const std::int32_t gb = b.open(0, g.cp);
+      for (std::size_t i = 0; i < g.samples.size(); ++i) {
+        const std::int32_t s = g.samples[i];
+        const auto us = static_cast<std::size_t>(s);
+        const double c = static_cast<double>(estimator.cost(pr.lengths[us], g.cp));
+        if (i % 2 == 0) a.add(ga, s, pr.rank_tokens(us, g.cp), c);
+        else b.add(gb, s, pr.rank_tokens(us, g.cp), c);
+      }
+      mbs[*by_samples] = std::move(a);
+      mbs.insert(mbs.begin() + static_cast<std::ptrdiff_t>(*by_samples) + 1, std::move(b));
+      if (grow) {
+        mbs[*by_samples].grow_into_idle_ranks(pr, estimator);
+        mbs[*by_samples + 1].grow_into_idle_ranks(pr, estimator);
+      }
+    } else {
+      mbs.emplace_back(world);
+    }
+  }
+}
+
+inline plan make_plan_shell(const problem& pr, std::string_view policy) {
+  plan p;
+  p.world_size = pr.options.world_size;
+  p.max_tokens_per_rank = pr.options.max_tokens_per_rank;
+  p.lengths = pr.lengths;
+  p.policy = std::string(policy);
+  return p;
+}
+
+inline plan to_plan(const problem& pr, std::string_view policy,
+                    const std::vector<microbatch_state>& mbs) {
+  plan p = make_plan_shell(pr, policy);
+  p.microbatches.reserve(mbs.size());
+  for (const auto& mb : mbs) p.microbatches.push_back(mb.to_plan());
+  return p;
+}
+
+}  // namespace detail
+}  // namespace dcpp

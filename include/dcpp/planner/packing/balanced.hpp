@@ -1,0 +1,727 @@
+// balanced: dcpp's packing policy. Fix the micro-batch count from the token budget, pack work
+// first-fit-decreasing into equal per-rank targets, then improve with moves and swaps.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "dcpp/planner/packing.hpp"
+#include "dcpp/planner/packing/megatron_greedy.hpp"
+
+namespace dcpp {
+
+namespace detail {
+template <class Estimator>
+class balanced_engine;
+}
+
+//! dcpp's own packing policy: several constructions, each improved by local search, the best
+//! kept.
+//! * CP size per sample: the legal size with the least rank-time area `cp * cost`.
+//! * Constructions:
+//!   - `levelled`: rounds built one after another from samples sorted by work per token, each
+//!     filled to the token budget by longest-processing-time-first onto its groups, so that a
+//!     round holds samples of similar work per token and its ranks end level;
+//!   - `targeted` (with CP raising): the micro-batch count fixed at the token lower bound, the
+//!     target `T = area / (N*K)` per rank and round, samples costlier than T moved to a larger
+//!     CP size that brings them under T, then best fit into groups within T, new groups on the
+//!     roomiest round, and the least step-time increase for the rest;
+//!   - `megatron`: the plan of `megatron_greedy`.
+//! * Improvement: the critical group of each round gives a sample away (to the group with the
+//!   most slack under its round's maximum, or onto free ranks, at any legal CP size) or swaps it
+//!   for a lighter one, while that lowers `sum over rounds of max rank time`.
+//! * The result uses no more micro-batches than the larger of the `megatron` construction and
+//!   the token lower bound plus `extra_microbatches`; among those, the lowest step time wins, so
+//!   a `balanced` plan is never slower than `megatron_greedy`'s under the same estimator.
+struct balanced {
+  static constexpr std::string_view name = "balanced";
+  std::int32_t improvement_sweeps = 64;   //!< bound on sweeps over the rounds
+  std::int32_t candidates_per_level = 8;  //!< groups examined per CP size for a move or swap
+  std::int32_t extra_microbatches = 0;    //!< rounds allowed beyond the token lower bound
+
+  template <workload_estimator Estimator>
+  plan pack(const problem& pr, const Estimator& estimator, const bucket_list& buckets) const {
+    return detail::balanced_engine<Estimator>(pr, estimator, *this).run(buckets);
+  }
+};
+
+namespace detail {
+
+template <class Estimator>
+class balanced_engine {
+public:
+  balanced_engine(const problem& pr, const Estimator& estimator, const balanced& policy)
+      : pr_(pr), estimator_(estimator), policy_(policy), o_(pr.options),
+        n_(static_cast<std::int32_t>(pr.size())), world_(pr.options.world_size),
+        budget_(pr.options.max_tokens_per_rank) {}
+
+  plan run(const bucket_list& buckets) {
+    choose_cp_sizes();
+    const std::vector<std::int32_t> base_cp = cp_;
+    const std::vector<double> base_cost = cost_;
+    const std::int32_t k_min = initial_microbatches();
+
+    plan best = megatron_greedy{}.pack(pr_, estimator_, buckets);
+    const auto allowed = static_cast<std::size_t>(
+        std::max<std::int64_t>(static_cast<std::int64_t>(best.microbatches.size()),
+                               k_min + std::int64_t{policy_.extra_microbatches} * o_.microbatch_multiple));
+    load(best);
+    improve();
+    double best_step = step_time();
+    best = emit();
+
+    auto consider = [&]() {
+      // a construction far behind the best so far is not worth improving
+      if (static_cast<std::size_t>(k_) > allowed || step_time() > 1.25 * best_step) return;
+      improve();
+      const double step = step_time();
+      if (step < best_step) {
+        best_step = step;
+        best = emit();
+      }
+    };
+    // levelled, at the area-minimal CP sizes
+    cp_ = base_cp;
+    cost_ = base_cost;
+    build_levelled();
+    consider();
+    // targeted, with CP raising, at the fewest rounds that pack
+    for (std::int32_t k = k_min; static_cast<std::size_t>(k) <= allowed; k += o_.microbatch_multiple) {
+      cp_ = base_cp;
+      cost_ = base_cost;
+      raise_cp_sizes(k);
+      if (build_targeted(k, placement_order(buckets))) {
+        consider();
+        break;
+      }
+    }
+    return best;
+  }
+
+private:
+  struct group {
+    std::int32_t mb = 0;
+    std::int32_t first = 0;
+    std::int32_t cp = 1;
+    std::int64_t tokens = 0;
+    double load = 0;
+    std::vector<std::int32_t> samples;
+    bool alive = true;
+  };
+  using keyed = std::pair<double, std::int32_t>;  // (load, group id)
+
+  [[nodiscard]] std::size_t level_of(std::int32_t cp) const {
+    return static_cast<std::size_t>(std::lower_bound(pr_.cp_sizes.begin(), pr_.cp_sizes.end(), cp) -
+                                    pr_.cp_sizes.begin());
+  }
+  [[nodiscard]] double cost(std::int32_t s, std::int32_t cp) const {
+    return static_cast<double>(estimator_.cost(pr_.lengths[static_cast<std::size_t>(s)], cp));
+  }
+  [[nodiscard]] std::int64_t tokens(std::int32_t s, std::int32_t cp) const {
+    return pr_.rank_tokens(static_cast<std::size_t>(s), cp);
+  }
+  //! CP sizes a sample may use: its smallest, then doublings (all legal sizes in the aligned
+  //! topology; a geometric ladder in the contiguous one).
+  [[nodiscard]] std::vector<std::int32_t> ladder(std::int32_t s) const {
+    std::vector<std::int32_t> out;
+    const std::int32_t hi = o_.effective_max_cp();
+    for (std::int64_t c = pr_.min_cp_of[static_cast<std::size_t>(s)]; c <= hi; c *= 2)
+      out.push_back(static_cast<std::int32_t>(c));
+    return out;
+  }
+
+  void choose_cp_sizes() {
+    cp_.resize(static_cast<std::size_t>(n_));
+    cost_.resize(static_cast<std::size_t>(n_));
+    for (std::int32_t s = 0; s < n_; ++s) {
+      double best = std::numeric_limits<double>::infinity();
+      for (const std::int32_t c : ladder(s)) {
+        const double w = cost(s, c);
+        // a larger group only for a real saving, not for rounding noise in cost * cp
+        if (w * c < best * (1.0 - 1e-9)) {
+          best = w * c;
+          cp_[static_cast<std::size_t>(s)] = c;
+          cost_[static_cast<std::size_t>(s)] = w;
+        }
+      }
+    }
+  }
+
+  [[nodiscard]] std::int32_t initial_microbatches() const {
+    std::int64_t rank_tokens = 0;
+    std::int64_t wide_tokens = 0;  // samples whose group spans more than half the world
+    for (std::int32_t s = 0; s < n_; ++s) {
+      const auto c = cp_[static_cast<std::size_t>(s)];
+      rank_tokens += tokens(s, c) * c;
+      if (2 * c > world_) wide_tokens += tokens(s, c);
+    }
+    const std::int64_t k = std::max({std::int64_t{1},
+                                     ceil_div(rank_tokens, std::int64_t{world_} * budget_),
+                                     ceil_div(wide_tokens, budget_)});
+    return round_up(static_cast<std::int32_t>(k), o_.microbatch_multiple);
+  }
+
+  void raise_cp_sizes(std::int32_t k) {
+    for (int pass = 0; pass < 3; ++pass) {
+      double area = 0;
+      for (std::int32_t s = 0; s < n_; ++s)
+        area += cost_[static_cast<std::size_t>(s)] * cp_[static_cast<std::size_t>(s)];
+      target_ = area / (static_cast<double>(world_) * k);
+      bool changed = false;
+      for (std::int32_t s = 0; s < n_; ++s) {
+        const auto us = static_cast<std::size_t>(s);
+        if (cost_[us] <= target_) continue;
+        std::int32_t pick = cp_[us];
+        double pick_cost = cost_[us];
+        for (const std::int32_t c : ladder(s)) {
+          if (c <= cp_[us]) continue;
+          const double w = cost(s, c);
+          if (w < pick_cost) {
+            pick = c;
+            pick_cost = w;
+          }
+          if (w <= target_) break;
+        }
+        if (pick != cp_[us]) {
+          cp_[us] = pick;
+          cost_[us] = pick_cost;
+          changed = true;
+        }
+      }
+      if (!changed) break;
+    }
+  }
+
+  [[nodiscard]] std::vector<std::int32_t> placement_order(const bucket_list& buckets) const {
+    std::vector<std::int32_t> bucket_of(static_cast<std::size_t>(n_), 0);
+    for (std::size_t b = 0; b < buckets.size(); ++b)
+      for (const auto s : buckets[b]) bucket_of[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(b);
+    std::vector<std::int32_t> order = flatten(buckets);
+    std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+      const auto ua = static_cast<std::size_t>(a);
+      const auto ub = static_cast<std::size_t>(b);
+      if (bucket_of[ua] != bucket_of[ub]) return bucket_of[ua] < bucket_of[ub];
+      if (cp_[ua] != cp_[ub]) return cp_[ua] > cp_[ub];
+      if (cost_[ua] != cost_[ub]) return cost_[ua] > cost_[ub];
+      return a < b;
+    });
+    return order;
+  }
+
+  // ---- state --------------------------------------------------------------------------------
+
+  void reset(std::int32_t k) {
+    k_ = k;
+    groups_.clear();
+    by_level_.assign(pr_.cp_sizes.size(), {});
+    owner_.assign(static_cast<std::size_t>(k) * static_cast<std::size_t>(world_), -1);
+    free_.assign(static_cast<std::size_t>(k), world_);
+    lowest_free_.assign(static_cast<std::size_t>(k), 0);
+    mb_groups_.assign(static_cast<std::size_t>(k), {});
+    mb_max_.assign(static_cast<std::size_t>(k), 0.0);
+    by_room_.clear();
+    for (std::int32_t m = 0; m < k; ++m) by_room_.emplace(-world_, m);
+    group_of_.assign(static_cast<std::size_t>(n_), -1);
+    by_slack_.clear();
+    indexed_ = false;
+  }
+
+  std::int32_t& owner(std::int32_t mb, std::int32_t rank) {
+    return owner_[static_cast<std::size_t>(mb) * static_cast<std::size_t>(world_) + static_cast<std::size_t>(rank)];
+  }
+
+  [[nodiscard]] std::optional<std::int32_t> free_block(std::int32_t mb, std::int32_t cp) {
+    if (free_[static_cast<std::size_t>(mb)] < cp) return std::nullopt;
+    const std::int32_t step = o_.group_topology == topology::aligned ? cp : 1;
+    std::int32_t first = lowest_free_[static_cast<std::size_t>(mb)] / step * step;
+    while (first + cp <= world_) {
+      std::int32_t busy = -1;
+      for (std::int32_t r = first + cp - 1; r >= first; --r)
+        if (owner(mb, r) >= 0) {
+          busy = r;
+          break;
+        }
+      if (busy < 0) return first;
+      first = round_up(busy + 1, step);
+    }
+    return std::nullopt;
+  }
+
+  void set_free(std::int32_t mb, std::int32_t delta) {
+    auto& f = free_[static_cast<std::size_t>(mb)];
+    by_room_.erase({-f, mb});
+    f += delta;
+    by_room_.emplace(-f, mb);
+  }
+
+  std::int32_t open(std::int32_t mb, std::int32_t first, std::int32_t cp) {
+    const auto id = static_cast<std::int32_t>(groups_.size());
+    groups_.push_back(group{mb, first, cp, 0, 0.0, {}, true});
+    for (std::int32_t r = first; r < first + cp; ++r) owner(mb, r) = id;
+    auto& low = lowest_free_[static_cast<std::size_t>(mb)];
+    while (low < world_ && owner(mb, low) >= 0) ++low;
+    set_free(mb, -cp);
+    mb_groups_[static_cast<std::size_t>(mb)].push_back(id);
+    by_level_[level_of(cp)].emplace(0.0, id);
+    if (indexed_) by_slack_[level_of(cp)].emplace(-slack(id), id);
+    return id;
+  }
+
+  void close(std::int32_t id) {
+    group& g = groups_[static_cast<std::size_t>(id)];
+    by_level_[level_of(g.cp)].erase({g.load, id});
+    if (indexed_) by_slack_[level_of(g.cp)].erase({-slack(id), id});
+    g.alive = false;
+    for (std::int32_t r = g.first; r < g.first + g.cp; ++r) owner(g.mb, r) = -1;
+    auto& low = lowest_free_[static_cast<std::size_t>(g.mb)];
+    low = std::min(low, g.first);
+    set_free(g.mb, g.cp);
+    auto& list = mb_groups_[static_cast<std::size_t>(g.mb)];
+    list.erase(std::find(list.begin(), list.end(), id));
+  }
+
+  void set_load(std::int32_t id, double load) {
+    group& g = groups_[static_cast<std::size_t>(id)];
+    auto& level = by_level_[level_of(g.cp)];
+    level.erase({g.load, id});
+    if (indexed_) by_slack_[level_of(g.cp)].erase({-slack(id), id});
+    g.load = load;
+    level.emplace(load, id);
+    if (indexed_) by_slack_[level_of(g.cp)].emplace(-slack(id), id);
+  }
+
+  void insert(std::int32_t id, std::int32_t s) {
+    group& g = groups_[static_cast<std::size_t>(id)];
+    const auto us = static_cast<std::size_t>(s);
+    cp_[us] = g.cp;
+    cost_[us] = cost(s, g.cp);
+    g.samples.push_back(s);
+    g.tokens += tokens(s, g.cp);
+    group_of_[us] = id;
+    set_load(id, g.load + cost_[us]);
+  }
+
+  void erase(std::int32_t id, std::int32_t s) {
+    group& g = groups_[static_cast<std::size_t>(id)];
+    const auto us = static_cast<std::size_t>(s);
+    g.samples.erase(std::find(g.samples.begin(), g.samples.end(), s));
+    g.tokens -= tokens(s, g.cp);
+    group_of_[us] = -1;
+    if (g.samples.empty()) {
+      close(id);
+      g.load = 0;
+    } else {
+      // recompute rather than subtract: loads stay exact sums, whatever the history
+      double load = 0;
+      for (const auto t : g.samples) load += cost_[static_cast<std::size_t>(t)];
+      set_load(id, load);
+    }
+  }
+
+  void refresh_max(std::int32_t mb) {
+    double m = 0;
+    for (const auto id : mb_groups_[static_cast<std::size_t>(mb)])
+      m = std::max(m, groups_[static_cast<std::size_t>(id)].load);
+    mb_max_[static_cast<std::size_t>(mb)] = m;
+  }
+
+  // ---- constructions ------------------------------------------------------------------------
+
+  //! Replaces the state with plan `p`.
+  void load(const plan& p) {
+    reset(static_cast<std::int32_t>(p.microbatches.size()));
+    for (std::size_t m = 0; m < p.microbatches.size(); ++m)
+      for (const auto& g : p.microbatches[m].groups) {
+        const std::int32_t id = open(static_cast<std::int32_t>(m), g.first_rank, g.cp);
+        for (const std::int32_t s : g.samples) insert(id, s);
+      }
+    for (std::int32_t m = 0; m < k_; ++m) refresh_max(m);
+  }
+
+  [[nodiscard]] double step_time() const {
+    double total = 0;
+    for (const double m : mb_max_) total += m;
+    return total;
+  }
+
+  //! Moves sample `s` to a larger CP size when its cost exceeds `level` and a larger group
+  //! brings it to the level (or as close as the ladder goes) for at most 2% more rank area:
+  //! long samples, whose attention dominates, spread for free.
+  void raise_to_level(std::int32_t s, double level) {
+    const auto us = static_cast<std::size_t>(s);
+    if (cost_[us] <= level) return;
+    const double area = cost_[us] * cp_[us];
+    for (const std::int32_t c : ladder(s)) {
+      if (c <= cp_[us]) continue;
+      const double w = cost(s, c);
+      if (w * c > 1.02 * area || w >= cost_[us]) break;
+      cp_[us] = c;
+      cost_[us] = w;
+      if (w <= level) break;
+    }
+  }
+
+  //! Rounds one after another from the samples sorted by work per token (descending): each
+  //! sample opens a group on free ranks while there are some, then joins the least-loaded group
+  //! of its CP size with token room, or waits for the next round.
+  void build_levelled() {
+    std::vector<std::int32_t> remaining(static_cast<std::size_t>(n_));
+    std::vector<double> per_token(static_cast<std::size_t>(n_));
+    std::int64_t min_tokens = budget_;
+    for (std::int32_t s = 0; s < n_; ++s) {
+      const auto us = static_cast<std::size_t>(s);
+      remaining[us] = s;
+      per_token[us] = cost_[us] / static_cast<double>(tokens(s, cp_[us]));
+      min_tokens = std::min(min_tokens, tokens(s, cp_[us]));
+    }
+    std::sort(remaining.begin(), remaining.end(), [&](std::int32_t a, std::int32_t b) {
+      const auto ua = static_cast<std::size_t>(a);
+      const auto ub = static_cast<std::size_t>(b);
+      if (per_token[ua] != per_token[ub]) return per_token[ua] > per_token[ub];
+      if (pr_.lengths[ua] != pr_.lengths[ub]) return pr_.lengths[ua] > pr_.lengths[ub];
+      return a < b;
+    });
+    std::vector<microbatch_state> rounds;
+    std::vector<std::set<keyed>> by_level(pr_.cp_sizes.size());  // (load, group in the round)
+    std::vector<std::int32_t> deferred;
+    std::vector<keyed> skipped;
+    while (!remaining.empty()) {
+      microbatch_state mb(world_);
+      for (auto& level : by_level) level.clear();
+      deferred.clear();
+      // the round's level: what a rank full of the next samples' tokens costs
+      const std::size_t probe = std::min<std::size_t>(1, remaining.size() - 1);
+      const double level_cost =
+          per_token[static_cast<std::size_t>(remaining[probe])] * static_cast<double>(budget_);
+      std::int32_t misses = 0;
+      for (std::size_t i = 0; i < remaining.size(); ++i) {
+        const std::int32_t s = remaining[i];
+        if (misses > 2 * policy_.candidates_per_level && mb.free_ranks() == 0) {
+          deferred.insert(deferred.end(), remaining.begin() + static_cast<std::ptrdiff_t>(i), remaining.end());
+          break;
+        }
+        const auto us = static_cast<std::size_t>(s);
+        raise_to_level(s, std::max(level_cost, mb.max_load()));
+        const std::int32_t c = cp_[us];
+        const std::int64_t t = tokens(s, c);
+        auto& level = by_level[level_of(c)];
+        std::int32_t chosen = -1;
+        if (const auto first = mb.free_block(o_, c)) {
+          chosen = mb.open(*first, c);
+        } else {
+          skipped.clear();
+          while (!level.empty()) {
+            const keyed top = *level.begin();
+            level.erase(level.begin());
+            const auto& g = mb.groups()[static_cast<std::size_t>(top.second)];
+            if (g.tokens + t <= budget_) {
+              chosen = top.second;
+              break;
+            }
+            if (budget_ - g.tokens >= min_tokens) skipped.push_back(top);  // else full for good
+          }
+          level.insert(skipped.begin(), skipped.end());
+        }
+        if (chosen < 0) {
+          ++misses;
+          deferred.push_back(s);
+          continue;
+        }
+        misses = 0;
+        mb.add(chosen, s, t, cost_[us]);
+        level.emplace(mb.groups()[static_cast<std::size_t>(chosen)].load, chosen);
+      }
+      rounds.push_back(std::move(mb));
+      remaining.swap(deferred);
+    }
+    split_to_multiple(rounds, o_.microbatch_multiple, pr_, estimator_, /*grow=*/false);
+    load(to_plan(pr_, balanced::name, rounds));
+  }
+
+  // ---- placement ----------------------------------------------------------------------------
+
+  bool build_targeted(std::int32_t k, const std::vector<std::int32_t>& order) {
+    reset(k);
+    for (const std::int32_t s : order)
+      if (!place(s)) return false;
+    return true;
+  }
+
+  void note_load(std::int32_t id) {
+    const group& g = groups_[static_cast<std::size_t>(id)];
+    auto& mx = mb_max_[static_cast<std::size_t>(g.mb)];
+    mx = std::max(mx, g.load);
+  }
+
+  bool place(std::int32_t s) {
+    const auto us = static_cast<std::size_t>(s);
+    const std::int32_t c = cp_[us];
+    const double w = cost_[us];
+    const std::int64_t t = tokens(s, c);
+    // (a) best fit: the fullest group of its CP size that stays within the target
+    {
+      auto& level = by_level_[level_of(c)];
+      auto it = level.upper_bound({target_ - w, std::numeric_limits<std::int32_t>::max()});
+      for (std::int32_t tries = 0; it != level.begin() && tries < policy_.candidates_per_level; ++tries) {
+        --it;
+        if (groups_[static_cast<std::size_t>(it->second)].tokens + t <= budget_) {
+          const std::int32_t id = it->second;
+          insert(id, s);
+          note_load(id);
+          return true;
+        }
+      }
+    }
+    // (b) a new group on the round with the most free ranks
+    for (const auto& [neg_free, mb] : by_room_) {
+      if (-neg_free < c) break;
+      if (const auto first = free_block(mb, c)) {
+        const std::int32_t id = open(mb, *first, c);
+        insert(id, s);
+        note_load(id);
+        return true;
+      }
+    }
+    // (c) the group (any legal CP size) that raises the step time least: the excess over its
+    //     round's level (target or current max) plus the extra rank area spread over the world
+    const double base_area = w * c;
+    double best = std::numeric_limits<double>::infinity();
+    std::int32_t best_id = -1;
+    for (const std::int32_t c2 : ladder(s)) {
+      const double w2 = c2 == c ? w : cost(s, c2);
+      const std::int64_t t2 = tokens(s, c2);
+      const double inflation = std::max(0.0, w2 * c2 - base_area) / world_;
+      std::int32_t found = 0;
+      for (const auto& [load, id] : by_level_[level_of(c2)]) {
+        if (load + w2 - target_ + inflation >= best) break;
+        const group& h = groups_[static_cast<std::size_t>(id)];
+        if (h.tokens + t2 > budget_) continue;
+        const double level = std::max(target_, mb_max_[static_cast<std::size_t>(h.mb)]);
+        const double score = std::max(0.0, load + w2 - level) + inflation;
+        if (score < best) {
+          best = score;
+          best_id = id;
+        }
+        if (++found >= policy_.candidates_per_level) break;
+      }
+    }
+    if (best_id < 0) return false;
+    insert(best_id, s);
+    note_load(best_id);
+    return true;
+  }
+
+  // ---- improvement --------------------------------------------------------------------------
+  // Destinations are ordered by slack: how far a group's load is below its round's maximum.
+  // Adding w to a group with slack >= w leaves the step time unchanged.
+
+  [[nodiscard]] double slack(std::int32_t id) const {
+    const group& g = groups_[static_cast<std::size_t>(id)];
+    return mb_max_[static_cast<std::size_t>(g.mb)] - g.load;
+  }
+
+  void rekey_round(std::int32_t mb, double old_max) {
+    for (const auto id : mb_groups_[static_cast<std::size_t>(mb)]) {
+      const group& g = groups_[static_cast<std::size_t>(id)];
+      auto& set = by_slack_[level_of(g.cp)];
+      set.erase({-(old_max - g.load), id});
+      set.emplace(-slack(id), id);
+    }
+  }
+
+  void build_slack_index() {
+    for (std::int32_t m = 0; m < k_; ++m) refresh_max(m);
+    by_slack_.assign(pr_.cp_sizes.size(), {});
+    for (std::size_t id = 0; id < groups_.size(); ++id)
+      if (groups_[id].alive)
+        by_slack_[level_of(groups_[id].cp)].emplace(-slack(static_cast<std::int32_t>(id)),
+                                                    static_cast<std::int32_t>(id));
+    indexed_ = true;
+  }
+
+  struct action {
+    double delta = 0;             // change of the step time (negative: better)
+    std::int32_t sample = -1;
+    std::int32_t to_group = -1;   // move into this group, or
+    std::int32_t to_mb = -1;      // open a group in this round at to_first with to_cp
+    std::int32_t to_first = 0;
+    std::int32_t to_cp = 0;
+    std::int32_t swap_with = -1;  // swap: the sample of to_group that comes back
+  };
+
+  void improve() {
+    build_slack_index();
+    double total = 0;
+    for (std::int32_t m = 0; m < k_; ++m) total += mb_max_[static_cast<std::size_t>(m)];
+    eps_ = 1e-12 * std::max(total, 1e-300);
+    for (std::int32_t sweep = 0; sweep < policy_.improvement_sweeps; ++sweep) {
+      bool improved = false;
+      for (std::int32_t m = 0; m < k_; ++m) {
+        for (std::int32_t step = 0; step < 4 * world_; ++step) {
+          if (!improve_round(m)) break;
+          improved = true;
+        }
+      }
+      if (!improved) break;
+    }
+  }
+
+  //! The step-time change when round `other` gets a group of load `load`.
+  [[nodiscard]] double rise(std::int32_t other, double load) const {
+    return std::max(0.0, load - mb_max_[static_cast<std::size_t>(other)]);
+  }
+
+  bool improve_round(std::int32_t m) {
+    const auto& list = mb_groups_[static_cast<std::size_t>(m)];
+    if (list.empty()) return false;
+    std::int32_t gid = -1;
+    double second = 0;
+    for (const auto id : list) {
+      const double l = groups_[static_cast<std::size_t>(id)].load;
+      if (gid < 0 || l > groups_[static_cast<std::size_t>(gid)].load) {
+        if (gid >= 0) second = std::max(second, groups_[static_cast<std::size_t>(gid)].load);
+        gid = id;
+      } else {
+        second = std::max(second, l);
+      }
+    }
+    const group& g = groups_[static_cast<std::size_t>(gid)];
+    const double max_m = g.load;
+    if (max_m - second <= eps_) return false;
+    action best;
+    best.delta = -eps_;
+    for (const std::int32_t s : g.samples) {
+      const double w = cost_[static_cast<std::size_t>(s)];
+      const double rest = std::max(second, g.load - w);
+      if (max_m - rest + eps_ <= -best.delta) continue;  // cannot beat the best found
+      // moves: into the groups with the most slack, or onto free ranks
+      for (const std::int32_t c2 : ladder(s)) {
+        const double w2 = c2 == g.cp ? w : cost(s, c2);
+        const std::int64_t t2 = tokens(s, c2);
+        std::int32_t tries = 0;
+        for (const auto& [neg_slack, id] : by_slack_[level_of(c2)]) {
+          if (rest - max_m + std::max(0.0, w2 + neg_slack) >= best.delta) break;
+          if (id == gid) continue;
+          const group& h = groups_[static_cast<std::size_t>(id)];
+          if (h.tokens + t2 > budget_) {
+            if (++tries > policy_.candidates_per_level) break;
+            continue;
+          }
+          const double delta = h.mb == m ? std::max(rest, h.load + w2) - max_m
+                                         : rest - max_m + rise(h.mb, h.load + w2);
+          if (delta < best.delta) best = action{delta, s, id, -1, 0, 0, -1};
+          break;  // later entries have less slack
+        }
+        for (const auto& [neg_free, mb] : by_room_) {
+          if (-neg_free < c2) break;
+          const double delta = mb == m ? std::max(rest, w2) - max_m : rest - max_m + rise(mb, w2);
+          if (delta < best.delta) {
+            if (const auto first = free_block(mb, c2)) best = action{delta, s, -1, mb, *first, c2, -1};
+          }
+        }
+      }
+      // swaps with a lighter sample of a same-size group in another round, most slack first
+      const std::int64_t ts = tokens(s, g.cp);
+      std::int32_t tries = 0;
+      for (const auto& [neg_slack, id] : by_slack_[level_of(g.cp)]) {
+        if (++tries > policy_.candidates_per_level) break;
+        const group& h = groups_[static_cast<std::size_t>(id)];
+        if (id == gid || h.mb == m) continue;
+        for (const std::int32_t u : h.samples) {
+          const double wu = cost_[static_cast<std::size_t>(u)];
+          if (wu >= w) continue;
+          const std::int64_t tu = tokens(u, g.cp);
+          if (g.tokens - ts + tu > budget_ || h.tokens - tu + ts > budget_) continue;
+          const double d = w - wu;
+          const double delta = std::max(second, g.load - d) - max_m + rise(h.mb, h.load + d);
+          if (delta < best.delta) best = action{delta, s, id, -1, 0, 0, u};
+        }
+      }
+    }
+    if (best.sample < 0) return false;
+    apply(gid, best);
+    return true;
+  }
+
+  void apply(std::int32_t from, const action& a) {
+    const std::int32_t from_mb = groups_[static_cast<std::size_t>(from)].mb;
+    std::int32_t to = a.to_group;
+    if (a.swap_with >= 0) {
+      // both groups keep a sample: insert first so that neither closes on the way
+      insert(from, a.swap_with);
+      insert(to, a.sample);
+      erase_from(to, a.swap_with);
+      erase_from(from, a.sample);
+    } else {
+      if (to < 0) to = open(a.to_mb, a.to_first, a.to_cp);
+      erase_from(from, a.sample);
+      insert(to, a.sample);
+    }
+    const std::int32_t to_mb = groups_[static_cast<std::size_t>(to)].mb;
+    for (const std::int32_t mb : {from_mb, to_mb}) {
+      const double old_max = mb_max_[static_cast<std::size_t>(mb)];
+      refresh_max(mb);
+      if (mb_max_[static_cast<std::size_t>(mb)] != old_max) rekey_round(mb, old_max);
+    }
+  }
+
+  //! Removes `s` from group `id` where it may also be listed in another group already (a swap
+  //! in progress): only `id`'s list, tokens and load change.
+  void erase_from(std::int32_t id, std::int32_t s) {
+    const auto us = static_cast<std::size_t>(s);
+    const std::int32_t now = group_of_[us];
+    const double keep_cost = cost_[us];
+    const std::int32_t keep_cp = cp_[us];
+    cp_[us] = groups_[static_cast<std::size_t>(id)].cp;  // cost and tokens as in `id`
+    cost_[us] = cost(s, cp_[us]);
+    erase(id, s);
+    if (now != id && now >= 0) {
+      group_of_[us] = now;
+      cp_[us] = keep_cp;
+      cost_[us] = keep_cost;
+    }
+  }
+
+  plan emit() const {
+    plan p = make_plan_shell(pr_, balanced::name);
+    p.microbatches.resize(static_cast<std::size_t>(k_));
+    for (const auto& g : groups_)
+      if (g.alive && !g.samples.empty())
+        p.microbatches[static_cast<std::size_t>(g.mb)].groups.push_back(
+            plan_group{g.first, g.cp, g.samples, 0, 0.0});
+    return p;
+  }
+
+  const problem& pr_;
+  const Estimator& estimator_;
+  const balanced& policy_;
+  const plan_options& o_;
+  std::int32_t n_;
+  std::int32_t world_;
+  std::int64_t budget_;
+  std::int32_t k_ = 0;
+  double target_ = 0;
+  double eps_ = 0;
+  std::vector<std::int32_t> cp_;
+  std::vector<double> cost_;
+  std::vector<group> groups_;
+  std::vector<std::set<keyed>> by_level_;
+  std::vector<std::set<keyed>> by_slack_;  // (-slack, group id), built for the improvement
+  bool indexed_ = false;
+  std::vector<std::int32_t> owner_;         // (mb, rank) -> group id or -1
+  std::vector<std::int32_t> free_;          // per mb
+  std::vector<std::int32_t> lowest_free_;   // per mb: no free rank below this
+  std::vector<std::vector<std::int32_t>> mb_groups_;
+  std::vector<double> mb_max_;
+  std::set<std::pair<std::int32_t, std::int32_t>> by_room_;  // (-free ranks, mb)
+  std::vector<std::int32_t> group_of_;
+};
+
+}  // namespace detail
+}  // namespace dcpp

@@ -1,0 +1,100 @@
+// megatron_greedy: the behaviour of Megatron-LM's dynamic-CP scheduler, without its defects.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "dcpp/planner/packing.hpp"
+
+namespace dcpp {
+
+//! Micro-batch after micro-batch, as Megatron-LM's `DefaultDynamicCPScheduler` does:
+//! * the longest remaining sample opens a group of its smallest CP size on the first free
+//!   legal ranks; it sets the cap: a rank full (`max_tokens_per_rank`) of tokens as costly per
+//!   token as this sample's, plus 5% (Megatron's `tall * max_seq_len_per_rank`);
+//! * every other remaining sample, longest first, goes where the projected micro-batch maximum
+//!   is least: into an existing group of a legal CP size with token room, or a new group on free
+//!   ranks, for each CP size from its smallest up; if every choice exceeds the cap it waits for
+//!   a later micro-batch;
+//! * idle ranks are then filled by growing the smallest groups to the next legal size.
+//! Differences from the original, on purpose: groups are always legal for the topology (the
+//! original may form CP16 on 24 ranks, for which it creates no communicator); no negative-index
+//! wrap, no aliased per-rank lists, and the micro-batch multiple is met by splitting without
+//! forcing samples off CP 1.
+struct megatron_greedy {
+  static constexpr std::string_view name = "megatron_greedy";
+  double cap_slack = 0.05;  //!< Megatron's _DYNAMIC_CP_WORKLOAD_CAP_DELTA
+
+  template <workload_estimator Estimator>
+  plan pack(const problem& pr, const Estimator& estimator, const bucket_list& buckets) const {
+    const plan_options& o = pr.options;
+    std::vector<std::int32_t> remaining = detail::flatten(buckets);
+    std::vector<detail::microbatch_state> mbs;
+    std::vector<std::int32_t> leftovers;
+    while (!remaining.empty()) {
+      detail::microbatch_state mb(o.world_size);
+      leftovers.clear();
+      {
+        const auto s = static_cast<std::size_t>(remaining.front());
+        const std::int32_t cp = pr.min_cp_of[s];
+        const std::int64_t tokens = pr.rank_tokens(s, cp);
+        const double cost = static_cast<double>(estimator.cost(pr.lengths[s], cp));
+        const std::int32_t g = mb.open(mb.free_block(o, cp).value(), cp);
+        mb.add(g, remaining.front(), tokens, cost);
+      }
+      const auto tall = static_cast<std::size_t>(remaining.front());
+      const double cap = mb.max_load() / static_cast<double>(pr.rank_tokens(tall, pr.min_cp_of[tall])) *
+                         static_cast<double>(o.max_tokens_per_rank) * (1.0 + cap_slack);
+      for (std::size_t k = 1; k < remaining.size(); ++k) {
+        const std::int32_t sample = remaining[k];
+        const auto s = static_cast<std::size_t>(sample);
+        const double current_max = mb.max_load();
+        double best = 0;
+        std::int32_t best_group = -1;  // an existing group, or
+        std::int32_t best_block = -1;  // the first rank of a new group
+        std::int32_t best_cp = 0;
+        for (const std::int32_t cp : pr.cp_sizes) {
+          if (cp < pr.min_cp_of[s]) continue;
+          const double cost = static_cast<double>(estimator.cost(pr.lengths[s], cp));
+          const std::int64_t tokens = pr.rank_tokens(s, cp);
+          const auto& groups = mb.groups();
+          for (std::size_t g = 0; g < groups.size(); ++g) {
+            if (groups[g].cp != cp || groups[g].tokens + tokens > o.max_tokens_per_rank) continue;
+            const double projected = std::max(current_max, groups[g].load + cost);
+            if (projected <= cap && ((best_group < 0 && best_block < 0) || projected < best)) {
+              best = projected;
+              best_group = static_cast<std::int32_t>(g);
+              best_block = -1;
+              best_cp = cp;
+            }
+          }
+          if (const auto block = mb.free_block(o, cp)) {
+            const double projected = std::max(current_max, cost);
+            if (projected <= cap && ((best_group < 0 && best_block < 0) || projected < best)) {
+              best = projected;
+              best_block = *block;
+              best_group = -1;
+              best_cp = cp;
+            }
+          }
+        }
+        if (best_group < 0 && best_block < 0) {
+          leftovers.push_back(sample);
+          continue;
+        }
+        const std::int32_t g = best_group >= 0 ? best_group : mb.open(best_block, best_cp);
+        mb.add(g, sample, pr.rank_tokens(s, best_cp),
+               static_cast<double>(estimator.cost(pr.lengths[s], best_cp)));
+      }
+      mb.grow_into_idle_ranks(pr, estimator);
+      mbs.push_back(std::move(mb));
+      remaining.swap(leftovers);
+    }
+    detail::split_to_multiple(mbs, o.microbatch_multiple, pr, estimator, /*grow=*/true);
+    return detail::to_plan(pr, name, mbs);
+  }
+};
+
+}  // namespace dcpp

@@ -1,0 +1,132 @@
+// static_cp: one fixed CP size for every sample, packed to the token budget.
+#pragma once
+
+#include <cstdint>
+#include <queue>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "dcpp/planner/packing.hpp"
+
+namespace dcpp {
+
+//! Static context parallelism, the common baseline: every sample runs on a group of `cp` ranks
+//! (0: the smallest legal size that fits the longest sample), the world is `world_size / cp`
+//! fixed groups, and samples (heaviest first) go to the least-loaded (micro-batch, group) slot
+//! with token room. The micro-batch count starts at the token lower bound and grows only when a
+//! sample fits nowhere.
+struct static_cp {
+  static constexpr std::string_view name = "static_cp";
+  std::int32_t cp = 0;
+
+  [[nodiscard]] std::int32_t resolve(const problem& pr) const {
+    if (cp > 0) return cp;
+    std::int32_t c = 1;
+    for (const auto m : pr.min_cp_of) c = std::max(c, m);
+    return c;
+  }
+
+  [[nodiscard]] status check(const problem& pr) const {
+    const std::int32_t c = resolve(pr);
+    const plan_options& o = pr.options;
+    if (std::find(pr.cp_sizes.begin(), pr.cp_sizes.end(), c) == pr.cp_sizes.end())
+      return status::failure(status_code::invalid_option,
+                             fmt::format("static cp = {} is not a legal group size ({} topology, "
+                                         "min_cp = {}, max_cp = {}, world_size = {})",
+                                         c, to_string(o.group_topology), o.min_cp,
+                                         o.effective_max_cp(), o.world_size));
+    if (o.world_size % c != 0)
+      return status::failure(status_code::world_not_divisible,
+                             fmt::format("world_size = {} is not a multiple of static cp = {}",
+                                         o.world_size, c));
+    for (std::size_t i = 0; i < pr.size(); ++i)
+      if (pr.rank_tokens(i, c) > o.max_tokens_per_rank)
+        return status::failure(status_code::sample_too_long,
+                               fmt::format("sample {}: length = {} needs {} tokens per rank on "
+                                           "static cp = {}, over max_tokens_per_rank = {}",
+                                           i, pr.lengths[i], pr.rank_tokens(i, c), c,
+                                           o.max_tokens_per_rank),
+                               static_cast<std::int64_t>(i));
+    return status::success();
+  }
+
+  template <workload_estimator Estimator>
+  plan pack(const problem& pr, const Estimator& estimator, const bucket_list& buckets) const {
+    throw_if_failed(check(pr));
+    const plan_options& o = pr.options;
+    const std::int32_t c = resolve(pr);
+    const std::int32_t groups_per_mb = o.world_size / c;
+    // heaviest first: the bucket order, made stable by descending cost
+    std::vector<std::int32_t> order = detail::flatten(buckets);
+    std::vector<double> cost(pr.size());
+    std::int64_t rank_tokens = 0;
+    std::int64_t min_tokens = o.max_tokens_per_rank;
+    for (std::size_t i = 0; i < pr.size(); ++i) {
+      cost[i] = static_cast<double>(estimator.cost(pr.lengths[i], c));
+      rank_tokens += pr.rank_tokens(i, c);
+      min_tokens = std::min(min_tokens, pr.rank_tokens(i, c));
+    }
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+      return cost[static_cast<std::size_t>(a)] > cost[static_cast<std::size_t>(b)];
+    });
+    const std::int64_t capacity = std::int64_t{groups_per_mb} * o.max_tokens_per_rank;
+    auto k = static_cast<std::int32_t>(std::max<std::int64_t>(1, ceil_div(rank_tokens, capacity)));
+    k = round_up(k, o.microbatch_multiple);
+
+    struct slot {
+      double load = 0;
+      std::int64_t tokens = 0;
+      std::vector<std::int32_t> samples;
+    };
+    std::vector<slot> slots;
+    using entry = std::pair<double, std::int32_t>;  // (load, slot), least first
+    std::priority_queue<entry, std::vector<entry>, std::greater<>> heap;
+    auto add_microbatches = [&](std::int32_t count) {
+      for (std::int32_t i = 0; i < count * groups_per_mb; ++i) {
+        heap.emplace(0.0, static_cast<std::int32_t>(slots.size()));
+        slots.emplace_back();
+      }
+    };
+    add_microbatches(k);
+    std::vector<entry> skipped;
+    for (const std::int32_t sample : order) {
+      const auto s = static_cast<std::size_t>(sample);
+      const std::int64_t tokens = pr.rank_tokens(s, c);
+      std::int32_t chosen = -1;
+      while (chosen < 0) {
+        skipped.clear();
+        while (!heap.empty()) {
+          const entry top = heap.top();
+          heap.pop();
+          if (slots[static_cast<std::size_t>(top.second)].tokens + tokens <= o.max_tokens_per_rank) {
+            chosen = top.second;
+            break;
+          }
+          // a slot with less room than the smallest sample is full for good
+          if (o.max_tokens_per_rank - slots[static_cast<std::size_t>(top.second)].tokens >= min_tokens)
+            skipped.push_back(top);
+        }
+        for (const auto& e : skipped) heap.push(e);
+        if (chosen < 0) add_microbatches(o.microbatch_multiple);  // fits nowhere: more rounds
+      }
+      auto& sl = slots[static_cast<std::size_t>(chosen)];
+      sl.samples.push_back(sample);
+      sl.tokens += tokens;
+      sl.load += cost[s];
+      heap.emplace(sl.load, chosen);
+    }
+    plan p = detail::make_plan_shell(pr, name);
+    p.microbatches.resize(slots.size() / static_cast<std::size_t>(groups_per_mb));
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i].samples.empty()) continue;
+      const auto g = static_cast<std::int32_t>(i % static_cast<std::size_t>(groups_per_mb));
+      p.microbatches[i / static_cast<std::size_t>(groups_per_mb)].groups.push_back(
+          plan_group{g * c, c, std::move(slots[i].samples), 0, 0.0});
+    }
+    return p;
+  }
+};
+
+}  // namespace dcpp

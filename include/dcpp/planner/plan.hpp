@@ -1,0 +1,175 @@
+// The plan value type, its evaluation under an estimator, the lower bound, and its hash.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "dcpp/planner/estimator.hpp"
+#include "dcpp/planner/options.hpp"
+
+namespace dcpp {
+
+//! `cp` consecutive ranks `[first_rank, first_rank + cp)` running `samples`, each split over all
+//! of them in zigzag chunks. `tokens` and `time` are per rank (every rank of a group carries the
+//! same share), filled by `evaluate`.
+struct plan_group {
+  std::int32_t first_rank = 0;
+  std::int32_t cp = 1;
+  std::vector<std::int32_t> samples;
+  std::int64_t tokens = 0;  //!< padded tokens on each rank of the group
+  double time = 0;          //!< estimated time on each rank of the group
+  friend bool operator==(const plan_group&, const plan_group&) = default;
+};
+
+//! One round over the world: disjoint groups; ranks no group covers are idle.
+struct plan_microbatch {
+  std::vector<plan_group> groups;
+  double time = 0;             //!< max over ranks of the estimated time
+  std::int32_t idle_ranks = 0; //!< ranks in no group
+  friend bool operator==(const plan_microbatch&, const plan_microbatch&) = default;
+};
+
+struct plan_metrics {
+  double estimated_step_time = 0;  //!< sum over micro-batches of the max rank time
+  double lower_bound = 0;          //!< DESIGN.md section 4
+  double efficiency = 0;           //!< lower_bound / estimated_step_time
+  double plan_seconds = 0;         //!< wall time of the planning call alone
+  double max_rank_load = 0;        //!< max over (micro-batch, rank) of the time
+  double mean_rank_load = 0;       //!< mean over (micro-batch, rank), idle slots counted as 0
+  std::int64_t idle_rank_slots = 0;
+  std::int32_t min_microbatches = 0;  //!< ceil(total padded tokens at each sample's min cp / (N*M))
+  friend bool operator==(const plan_metrics&, const plan_metrics&) = default;
+};
+
+//! A plan: for every micro-batch the groups and their samples (DESIGN.md section 5).
+struct plan {
+  std::int32_t world_size = 0;
+  std::int64_t max_tokens_per_rank = 0;
+  std::vector<std::int64_t> lengths;
+  std::vector<plan_microbatch> microbatches;
+  plan_metrics metrics;
+  std::string policy;     //!< name of the packing policy that made it (informational)
+  std::string estimator;  //!< name of the estimator it was evaluated with (informational)
+  friend bool operator==(const plan&, const plan&) = default;
+
+  //! Per-rank view of micro-batch `mb`: group index covering each rank, or -1 if idle.
+  [[nodiscard]] std::vector<std::int32_t> rank_groups(std::size_t mb) const {
+    std::vector<std::int32_t> out(static_cast<std::size_t>(world_size), -1);
+    const auto& groups = microbatches[mb].groups;
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      for (std::int32_t r = groups[g].first_rank; r < groups[g].first_rank + groups[g].cp; ++r)
+        if (r >= 0 && r < world_size) out[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(g);
+    return out;
+  }
+};
+
+//! Sorts groups by first rank and each group's samples ascending: the canonical form that makes
+//! equal plans byte-identical.
+inline void canonicalize(plan& p) {
+  for (auto& mb : p.microbatches) {
+    for (auto& g : mb.groups) std::sort(g.samples.begin(), g.samples.end());
+    std::sort(mb.groups.begin(), mb.groups.end(),
+              [](const plan_group& a, const plan_group& b) { return a.first_rank < b.first_rank; });
+  }
+}
+
+//! `LB = max( sum_i min_c c*cost(L_i,c) / N , max_i min_c cost(L_i,c) )` over the feasible c.
+template <workload_estimator Estimator>
+double lower_bound(const problem& pr, const Estimator& estimator) {
+  double area = 0;
+  double longest = 0;
+  for (std::size_t i = 0; i < pr.size(); ++i) {
+    double best_area = std::numeric_limits<double>::infinity();
+    double best_time = std::numeric_limits<double>::infinity();
+    for (const std::int32_t cp : pr.cp_sizes) {
+      if (cp < pr.min_cp_of[i]) continue;
+      const double t = static_cast<double>(estimator.cost(pr.lengths[i], cp));
+      best_area = std::min(best_area, t * cp);
+      best_time = std::min(best_time, t);
+    }
+    area += best_area;
+    longest = std::max(longest, best_time);
+  }
+  return std::max(area / pr.options.world_size, longest);
+}
+
+//! Fewest micro-batches any plan needs: total padded tokens (each sample at its smallest cp)
+//! over the world's token capacity, rounded up to the micro-batch multiple.
+inline std::int32_t min_microbatches(const problem& pr) {
+  std::int64_t rank_tokens = 0;
+  for (std::size_t i = 0; i < pr.size(); ++i)
+    rank_tokens += pr.rank_tokens(i, pr.min_cp_of[i]) * pr.min_cp_of[i];
+  const std::int64_t capacity = std::int64_t{pr.options.world_size} * pr.options.max_tokens_per_rank;
+  const auto k = static_cast<std::int32_t>(std::max<std::int64_t>(1, ceil_div(rank_tokens, capacity)));
+  return round_up(k, pr.options.microbatch_multiple);
+}
+
+//! Fills every group's tokens and time, every micro-batch's time and idle ranks, and the metrics
+//! (all but plan_seconds) under `estimator`.
+template <workload_estimator Estimator>
+void evaluate(plan& p, const problem& pr, const Estimator& estimator) {
+  double step = 0;
+  double load_sum = 0;
+  double load_max = 0;
+  std::int64_t idle = 0;
+  for (auto& mb : p.microbatches) {
+    mb.time = 0;
+    std::int32_t covered = 0;
+    for (auto& g : mb.groups) {
+      g.tokens = 0;
+      g.time = 0;
+      for (const std::int32_t s : g.samples) {
+        g.tokens += pr.rank_tokens(static_cast<std::size_t>(s), g.cp);
+        g.time += static_cast<double>(estimator.cost(pr.lengths[static_cast<std::size_t>(s)], g.cp));
+      }
+      mb.time = std::max(mb.time, g.time);
+      load_sum += g.time * g.cp;
+      covered += g.cp;
+    }
+    mb.idle_ranks = p.world_size - covered;
+    idle += mb.idle_ranks;
+    step += mb.time;
+    load_max = std::max(load_max, mb.time);
+  }
+  p.metrics.estimated_step_time = step;
+  p.metrics.lower_bound = lower_bound(pr, estimator);
+  p.metrics.efficiency = step > 0 ? p.metrics.lower_bound / step : 1.0;
+  p.metrics.max_rank_load = load_max;
+  const double slots = static_cast<double>(p.microbatches.size()) * p.world_size;
+  p.metrics.mean_rank_load = slots > 0 ? load_sum / slots : 0.0;
+  p.metrics.idle_rank_slots = idle;
+  p.metrics.min_microbatches = min_microbatches(pr);
+}
+
+//! 64-bit FNV-1a over the plan's canonical integer content (world, budget, lengths, groups).
+//! Ranks compare it collectively to prove they computed the same plan.
+inline std::uint64_t plan_hash(const plan& p) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  auto mix = [&h](std::int64_t value) {
+    auto v = static_cast<std::uint64_t>(value);
+    for (int byte = 0; byte < 8; ++byte) {
+      h ^= (v >> (8 * byte)) & 0xffU;
+      h *= 0x100000001b3ULL;
+    }
+  };
+  mix(p.world_size);
+  mix(p.max_tokens_per_rank);
+  mix(static_cast<std::int64_t>(p.lengths.size()));
+  for (const auto l : p.lengths) mix(l);
+  mix(static_cast<std::int64_t>(p.microbatches.size()));
+  for (const auto& mb : p.microbatches) {
+    mix(static_cast<std::int64_t>(mb.groups.size()));
+    for (const auto& g : mb.groups) {
+      mix(g.first_rank);
+      mix(g.cp);
+      mix(static_cast<std::int64_t>(g.samples.size()));
+      for (const auto s : g.samples) mix(s);
+    }
+  }
+  return h;
+}
+
+}  // namespace dcpp

@@ -1,0 +1,147 @@
+// planner<Estimator, Bucketing, Packing, Communicator>: policies in, a validated plan out.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "dcpp/comm/plan_communicator.hpp"
+#include "dcpp/error.hpp"
+#include "dcpp/planner/bucketing.hpp"
+#include "dcpp/planner/estimator.hpp"
+#include "dcpp/planner/options.hpp"
+#include "dcpp/planner/packing.hpp"
+#include "dcpp/planner/packing/balanced.hpp"
+#include "dcpp/planner/plan.hpp"
+#include "dcpp/planner/transformer_cost.hpp"
+#include "dcpp/planner/validate.hpp"
+
+namespace dcpp {
+
+//! Hash of the options, for the collective agreement check.
+inline std::uint64_t options_hash(const plan_options& o) {
+  plan shell;
+  shell.world_size = o.world_size;
+  shell.max_tokens_per_rank = o.max_tokens_per_rank;
+  shell.lengths = {o.min_cp, o.max_cp, static_cast<std::int64_t>(o.group_topology),
+                   o.padding_unit, o.microbatch_multiple};
+  return plan_hash(shell);
+}
+
+//! Plans dynamic CP: a pure, deterministic function of (lengths, options, policies).
+//! * `can_plan(lengths)`: cheap check, never throws;
+//! * `make_plan(lengths)`: throws `dcpp::error` when the check fails; the returned plan is
+//!   canonical, evaluated under the estimator, and has passed `validate`;
+//! * `plan_distributed(local_lengths)`: all-gathers every rank's lengths through the
+//!   communicator, plans, and checks collectively that every rank holds the same plan.
+template <workload_estimator Estimator = transformer_cost, bucketing_policy Bucketing = by_cp_size,
+          class Packing = balanced, plan_communicator Communicator = serial_communicator>
+  requires packing_policy<Packing, Estimator>
+class planner {
+public:
+  using estimator_type = Estimator;
+  using bucketing_type = Bucketing;
+  using packing_type = Packing;
+  using communicator_type = Communicator;
+
+  explicit planner(plan_options options, Estimator estimator = {}, Bucketing bucketing = {},
+                   Packing packing = {}, Communicator communicator = {})
+      : options_(options), estimator_(std::move(estimator)), bucketing_(std::move(bucketing)),
+        packing_(std::move(packing)), communicator_(std::move(communicator)) {}
+
+  [[nodiscard]] status can_plan(std::span<const std::int64_t> lengths) const noexcept {
+    if (status s = check_problem(options_, lengths); !s) return s;
+    if constexpr (requires { packing_.check(std::declval<const problem&>()); }) {
+      try {
+        return packing_.check(make_problem(options_, lengths));
+      } catch (const error& e) {
+        return e.why();
+      }
+    }
+    return status::success();
+  }
+
+  [[nodiscard]] plan make_plan(std::span<const std::int64_t> lengths) const {
+    const auto start = std::chrono::steady_clock::now();
+    const problem pr = make_problem(options_, lengths);
+    if constexpr (requires { packing_.check(pr); }) throw_if_failed(packing_.check(pr));
+    std::vector<double> work(pr.size());
+    for (std::size_t i = 0; i < pr.size(); ++i)
+      work[i] = static_cast<double>(estimator_.cost(pr.lengths[i], pr.min_cp_of[i]));
+    const bucket_list buckets = bucketing_.buckets(pr, work);
+    throw_if_failed(check_buckets(buckets, pr.size()));
+    plan p = packing_.pack(pr, estimator_, buckets);
+    canonicalize(p);
+    evaluate(p, pr, estimator_);
+    p.metrics.plan_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (status s = validate(p, options_); !s)
+      throw error(status_code::invalid_plan,
+                  fmt::format("packing policy {} produced an invalid plan: {}", Packing::name,
+                              s.message),
+                  s.sample);
+    return p;
+  }
+
+  //! Gathers the lengths of every rank (rank order), plans, and proves agreement: options and
+  //! plan hashes are compared with min/max all-reductions, so every rank throws the same error
+  //! instead of some ranks hanging in a later collective.
+  [[nodiscard]] plan plan_distributed(std::span<const std::int64_t> local_lengths) {
+    const std::uint64_t oh = options_hash(options_);
+    if (communicator_.all_reduce_min(oh) != communicator_.all_reduce_max(oh))
+      throw error(status_code::communication_error,
+                  "plan_distributed: ranks were given different plan options");
+    const std::vector<std::int64_t> lengths = communicator_.all_gather_v(local_lengths);
+    plan p = make_plan(lengths);  // every rank sees the same lengths, so fails the same way
+    const std::uint64_t ph = plan_hash(p);
+    if (communicator_.all_reduce_min(ph) != communicator_.all_reduce_max(ph))
+      throw error(status_code::communication_error,
+                  fmt::format("plan_distributed: rank {} computed a plan (hash {:016x}) that "
+                              "differs from another rank's",
+                              communicator_.rank(), ph));
+    return p;
+  }
+
+  [[nodiscard]] const plan_options& options() const noexcept { return options_; }
+  [[nodiscard]] const Estimator& estimator() const noexcept { return estimator_; }
+  [[nodiscard]] const Bucketing& bucketing() const noexcept { return bucketing_; }
+  [[nodiscard]] const Packing& packing() const noexcept { return packing_; }
+  [[nodiscard]] Communicator& communicator() noexcept { return communicator_; }
+
+private:
+  static status check_buckets(const bucket_list& buckets, std::size_t n) {
+    std::vector<char> seen(n, 0);
+    std::size_t count = 0;
+    for (const auto& b : buckets)
+      for (const auto s : b) {
+        if (s < 0 || static_cast<std::size_t>(s) >= n || seen[static_cast<std::size_t>(s)])
+          return status::failure(status_code::invalid_plan,
+                                 fmt::format("bucketing policy returned sample {} {}", s,
+                                             s < 0 || static_cast<std::size_t>(s) >= n
+                                                 ? "outside the batch"
+                                                 : "twice"),
+                                 s);
+        seen[static_cast<std::size_t>(s)] = 1;
+        ++count;
+      }
+    if (count != n)
+      for (std::size_t s = 0; s < n; ++s)
+        if (!seen[s])
+          return status::failure(status_code::invalid_plan,
+                                 fmt::format("bucketing policy lost sample {}", s),
+                                 static_cast<std::int64_t>(s));
+    return status::success();
+  }
+
+  plan_options options_;
+  Estimator estimator_;
+  Bucketing bucketing_;
+  Packing packing_;
+  Communicator communicator_;
+};
+
+}  // namespace dcpp

@@ -1,0 +1,135 @@
+// A transformer cost model: linear layers, causal attention and the ring's exposed communication.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "dcpp/error.hpp"
+#include "dcpp/planner/estimator.hpp"
+
+namespace dcpp {
+
+//! The shape of a dense decoder-only transformer.
+struct model_shape {
+  std::string_view name;
+  std::int32_t layers = 32;
+  std::int32_t hidden = 4096;
+  std::int32_t heads = 32;
+  std::int32_t kv_heads = 8;
+  std::int32_t ffn = 14336;
+  std::int32_t vocab = 128256;
+  bool gated_mlp = true;  //!< SwiGLU: three ffn matrices instead of two
+  friend bool operator==(const model_shape&, const model_shape&) = default;
+};
+
+//! What one device achieves. Rates are sustained, not peak.
+struct device_spec {
+  std::string_view name;
+  double matmul_flops = 5.9e14;      //!< dense bf16 GEMM FLOP/s reached by the linear layers
+  double attention_flops = 4.5e14;   //!< FLOP/s reached by the attention kernel
+  double link_bytes_per_second = 2.0e11;  //!< one direction, ring neighbour to ring neighbour
+  double link_latency = 1.5e-5;      //!< seconds per ring-step message
+  std::int32_t bytes_per_element = 2;
+  friend bool operator==(const device_spec&, const device_spec&) = default;
+};
+
+//! Public model shapes (from the models' published configurations).
+inline constexpr std::array<model_shape, 3> model_presets{{
+    {"llama3-8b", 32, 4096, 32, 8, 14336, 128256, true},
+    {"llama3-70b", 80, 8192, 64, 8, 28672, 128256, true},
+    {"qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, true},
+}};
+
+//! Devices: peak bf16 dense rate x an achievable fraction (0.6 for GEMMs, 0.45 for attention,
+//! typical of large-batch training reports); ring bandwidth a third of NVLink's per-direction
+//! peak (p2p send/recv through NCCL shares the links with the other collectives).
+inline constexpr std::array<device_spec, 2> device_presets{{
+    {"h100", 0.6 * 989e12, 0.45 * 989e12, 450e9 / 3, 1.5e-5, 2},
+    {"a100", 0.6 * 312e12, 0.45 * 312e12, 300e9 / 3, 2.0e-5, 2},
+}};
+
+//! Time per rank of one sample, forward and backward, on a CP group of `cp` ranks (seconds):
+//!   linear:    3 x (2 x parameters per token) x tokens on the rank / matmul rate
+//!   attention: 3.5 x (2 x L^2 x hidden per layer, causal) / cp / attention rate
+//!   ring:      (cp-1) steps per layer, forward (K,V) and backward (K,V,dK,dV); only the part of
+//!              each step's transfer that the step's attention compute cannot hide is exposed.
+//! Only + - * / and max: the same bits on every platform, which plan determinism needs.
+class transformer_cost {
+public:
+  transformer_cost() : transformer_cost(model_presets[0], device_presets[0]) {}
+  transformer_cost(const model_shape& model, const device_spec& device)
+      : model_(model), device_(device) {
+    const double h = model.hidden;
+    const double head_dim = h / model.heads;
+    const double kv = model.kv_heads * head_dim;
+    const double mlp = (model.gated_mlp ? 3.0 : 2.0) * h * model.ffn;
+    const double per_layer = h * (h + 2.0 * kv) + h * h + mlp;
+    linear_flops_per_token_ = 3.0 * 2.0 * (per_layer * model.layers + h * model.vocab);
+    attention_flops_per_token2_ = 2.0 * h * model.layers;  // forward, causal, per L^2
+    kv_bytes_per_token_ = 2.0 * kv * device.bytes_per_element;
+  }
+
+  [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const noexcept {
+    const double l = static_cast<double>(length);
+    const double c = static_cast<double>(cp);
+    const double tokens = l / c;
+    const double linear = linear_flops_per_token_ * tokens / device_.matmul_flops;
+    const double attention_forward = attention_flops_per_token2_ * l * l / c / device_.attention_flops;
+    const double attention = 3.5 * attention_forward;
+    if (cp <= 1) return linear + attention;
+    // one ring step of one layer: compute of 1/cp of the rank's attention, transfer of one KV block
+    const double step_compute = attention_forward / c / model_.layers;
+    const double step_bytes = kv_bytes_per_token_ * tokens;
+    const double forward_step = device_.link_latency + step_bytes / device_.link_bytes_per_second;
+    const double backward_step =
+        device_.link_latency + 2.0 * step_bytes / device_.link_bytes_per_second;
+    const double exposed = std::max(0.0, forward_step - step_compute) +
+                           std::max(0.0, backward_step - 2.5 * step_compute);
+    return linear + attention + (c - 1.0) * model_.layers * exposed;
+  }
+
+  [[nodiscard]] const model_shape& model() const noexcept { return model_; }
+  [[nodiscard]] const device_spec& device() const noexcept { return device_; }
+  [[nodiscard]] std::string name() const {
+    return fmt::format("{}@{}", model_.name, device_.name);
+  }
+
+  //! "MODEL@DEVICE" or "MODEL" (device h100), e.g. "llama3-70b@a100".
+  static std::optional<transformer_cost> from_preset(std::string_view spec) {
+    const auto at = spec.find('@');
+    const std::string_view model_name = spec.substr(0, at);
+    const std::string_view device_name =
+        at == std::string_view::npos ? std::string_view{"h100"} : spec.substr(at + 1);
+    const auto m = std::find_if(model_presets.begin(), model_presets.end(),
+                                [&](const model_shape& s) { return s.name == model_name; });
+    const auto d = std::find_if(device_presets.begin(), device_presets.end(),
+                                [&](const device_spec& s) { return s.name == device_name; });
+    if (m == model_presets.end() || d == device_presets.end()) return std::nullopt;
+    return transformer_cost(*m, *d);
+  }
+
+  //! Names accepted by from_preset, for help texts and errors.
+  static std::string preset_names() {
+    std::string out;
+    for (const auto& m : model_presets)
+      for (const auto& d : device_presets)
+        out += fmt::format("{}{}@{}", out.empty() ? "" : ", ", m.name, d.name);
+    return out;
+  }
+
+private:
+  model_shape model_;
+  device_spec device_;
+  double linear_flops_per_token_ = 0;
+  double attention_flops_per_token2_ = 0;
+  double kv_bytes_per_token_ = 0;
+};
+static_assert(workload_estimator<transformer_cost>);
+
+}  // namespace dcpp
