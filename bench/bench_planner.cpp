@@ -68,10 +68,9 @@ bool run_table(const std::vector<bench_case>& cases, const Estimator& estimator,
              "plan ms");
   bool all_good = true;
   for (const auto& c : cases) {
-    const outcome results[] = {run(c, estimator, balanced{}, repeats),
-                               run(c, estimator, megatron_greedy{}, repeats),
-                               run(c, estimator, uniform_cp{}, repeats),
-                               run(c, estimator, static_cp{}, repeats)};
+    const outcome results[] = {
+        run(c, estimator, balanced{}, repeats), run(c, estimator, megatron_greedy{}, repeats),
+        run(c, estimator, uniform_cp{}, repeats), run(c, estimator, static_cp{}, repeats)};
     const char* names[] = {"balanced", "megatron_greedy", "uniform_cp", "static_cp"};
     for (int i = 0; i < 4; ++i) {
       const auto& r = results[i];
@@ -82,13 +81,17 @@ bool run_table(const std::vector<bench_case>& cases, const Estimator& estimator,
       }
       std::string verdict;
       if (i == 0) {
-        if (results[1].ok && r.step > results[1].step * (1 + 1e-12)) verdict += " WORSE-THAN-MEGATRON";
-        if (efficiency_target > 0 && r.efficiency < efficiency_target) verdict += " BELOW-TARGET";
-        if (!verdict.empty()) all_good = false;
+        if (results[1].ok && r.step > results[1].step * (1 + 1e-12))
+          verdict += " WORSE-THAN-MEGATRON";
+        if (efficiency_target > 0 && r.efficiency < efficiency_target)
+          verdict += " BELOW-TARGET";
+        if (!verdict.empty())
+          all_good = false;
       }
-      fmt::print("{:<30} {:>5} {:>6} {:<16} {:>11.4f} {:>7.4f} {:>4} {:>9.4f} {:>9.4f} {:>9.3f}{}\n",
-                 c.name, c.options.world_size, c.lengths.size(), names[i], r.step, r.efficiency,
-                 r.microbatches, r.max_load, r.mean_load, r.plan_ms, verdict);
+      fmt::print(
+          "{:<30} {:>5} {:>6} {:<16} {:>11.4f} {:>7.4f} {:>4} {:>9.4f} {:>9.4f} {:>9.3f}{}\n",
+          c.name, c.options.world_size, c.lengths.size(), names[i], r.step, r.efficiency,
+          r.microbatches, r.max_load, r.mean_load, r.plan_ms, verdict);
     }
   }
   return all_good;
@@ -129,7 +132,8 @@ std::vector<bench_case> generated_cases(bool quick) {
 
 std::vector<bench_case> reference_cases(const std::filesystem::path& dir) {
   std::vector<bench_case> cases;
-  if (!std::filesystem::is_directory(dir)) return cases;
+  if (!std::filesystem::is_directory(dir))
+    return cases;
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir))
     if (e.path().extension() == ".json" && e.path().string().find("_plan") == std::string::npos)
@@ -140,7 +144,8 @@ std::vector<bench_case> reference_cases(const std::filesystem::path& dir) {
     const auto j = nlohmann::json::parse(in);
     plan_options o = make_options(j.at("total_gpus").get<std::int32_t>(),
                                   j.at("max_seq_len_per_rank").get<std::int64_t>());
-    if (j.contains("min_cp_size")) o.min_cp = j["min_cp_size"].get<std::int32_t>();
+    if (j.contains("min_cp_size"))
+      o.min_cp = j["min_cp_size"].get<std::int32_t>();
     if (j.contains("vpp_microbatch_group_size") && !j["vpp_microbatch_group_size"].is_null())
       o.microbatch_multiple = j["vpp_microbatch_group_size"].get<std::int32_t>();
     cases.push_back({f.stem().string(), j.at("seqlens").get<std::vector<std::int64_t>>(), o});
@@ -148,7 +153,7 @@ std::vector<bench_case> reference_cases(const std::filesystem::path& dir) {
   return cases;
 }
 
-}  // namespace
+} // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"dcpp planner benchmark: policies side by side on seeded and reference workloads"};
@@ -158,7 +163,8 @@ int main(int argc, char** argv) {
   std::string reference_dir = "../shared/workloads";
   bool strict = false;
   app.add_flag("--quick", quick, "one seed per generator");
-  app.add_option("--repeats", repeats, "plan each case this many times, report the fastest")->check(CLI::PositiveNumber);
+  app.add_option("--repeats", repeats, "plan each case this many times, report the fastest")
+      ->check(CLI::PositiveNumber);
   app.add_option("--estimator", estimator_name, "transformer preset for the generated workloads");
   app.add_option("--reference-dir", reference_dir, "folder of the shared reference workloads");
   app.add_flag("--strict", strict, "exit 1 if balanced misses a target");
@@ -174,7 +180,9 @@ int main(int argc, char** argv) {
   bool good = run_table(generated_cases(quick), *estimator, repeats, 0.97);
   const auto refs = reference_cases(reference_dir);
   if (!refs.empty()) {
-    fmt::print("\n# reference workloads ({}), estimator megatron (length^2/cp), as Megatron-LM plans them\n", reference_dir);
+    fmt::print("\n# reference workloads ({}), estimator megatron (length^2/cp), as Megatron-LM "
+               "plans them\n",
+               reference_dir);
     good = run_table(refs, megatron_cost{}, repeats, 0.0) && good;
     fmt::print("\n# reference workloads, estimator {}\n", estimator->name());
     good = run_table(refs, *estimator, repeats, 0.0) && good;

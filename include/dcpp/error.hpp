@@ -73,7 +73,8 @@ private:
 
 //! Throws `error(s)` unless `s.ok()`.
 inline void throw_if_failed(const status& s) {
-  if (!s.ok()) throw error(s);
+  if (!s.ok())
+    throw error(s);
 }
 
-}  // namespace dcpp
+} // namespace dcpp

@@ -12,14 +12,14 @@ namespace dcpp {
 //! of integers (rank order), and min/max all-reductions of a 64-bit value (agreement checks).
 //! The communicator backends (local threads, MPI, NCCL) model this and more.
 template <class C>
-concept plan_communicator =
-    requires(C& c, std::span<const std::int64_t> local, std::uint64_t value) {
-      { c.rank() } -> std::convertible_to<int>;
-      { c.size() } -> std::convertible_to<int>;
-      { c.all_gather_v(local) } -> std::same_as<std::vector<std::int64_t>>;
-      { c.all_reduce_min(value) } -> std::same_as<std::uint64_t>;
-      { c.all_reduce_max(value) } -> std::same_as<std::uint64_t>;
-    };
+concept plan_communicator = requires(C& c, std::span<const std::int64_t> local,
+                                     std::uint64_t value) {
+  { c.rank() } -> std::convertible_to<int>;
+  { c.size() } -> std::convertible_to<int>;
+  { c.all_gather_v(local) } -> std::same_as<std::vector<std::int64_t>>;
+  { c.all_reduce_min(value) } -> std::same_as<std::uint64_t>;
+  { c.all_reduce_max(value) } -> std::same_as<std::uint64_t>;
+};
 
 //! One process, one rank: the default when the caller gathers lengths itself.
 struct serial_communicator {
@@ -33,4 +33,4 @@ struct serial_communicator {
 };
 static_assert(plan_communicator<serial_communicator>);
 
-}  // namespace dcpp
+} // namespace dcpp

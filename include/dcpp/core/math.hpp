@@ -30,7 +30,8 @@ DCPP_HOST_DEVICE constexpr bool is_power_of_two(Int value) noexcept {
 template <class Int>
 DCPP_HOST_DEVICE constexpr Int next_power_of_two(Int value) noexcept {
   Int result = 1;
-  while (result < value) result <<= 1;
+  while (result < value)
+    result <<= 1;
   return result;
 }
 
@@ -52,4 +53,4 @@ DCPP_HOST_DEVICE constexpr std::int64_t padded_length(std::int64_t length, std::
   return round_up<std::int64_t>(length, 2 * cp * padding_unit);
 }
 
-}  // namespace dcpp
+} // namespace dcpp

@@ -19,26 +19,29 @@ using bucket_list = std::vector<std::vector<std::int32_t>>;
 //! A bucketing policy: `buckets(problem, work)` where `work[i]` is sample i's cost on its
 //! smallest legal CP group.
 template <class B>
-concept bucketing_policy =
-    std::copyable<B> && requires(const B& b, const problem& p, std::span<const double> work) {
-      { b.buckets(p, work) } -> std::same_as<bucket_list>;
-    };
+concept bucketing_policy = std::copyable<B> &&
+    requires(const B& b, const problem& p, std::span<const double> work) {
+  { b.buckets(p, work) } -> std::same_as<bucket_list>;
+};
 
 namespace detail {
 //! Sample ids sorted by descending work, then descending length, then ascending id.
-inline std::vector<std::int32_t> by_descending_work(const problem& p, std::span<const double> work) {
+inline std::vector<std::int32_t> by_descending_work(const problem& p,
+                                                    std::span<const double> work) {
   std::vector<std::int32_t> ids(p.size());
   std::iota(ids.begin(), ids.end(), 0);
   std::sort(ids.begin(), ids.end(), [&](std::int32_t a, std::int32_t b) {
     const auto ua = static_cast<std::size_t>(a);
     const auto ub = static_cast<std::size_t>(b);
-    if (work[ua] != work[ub]) return work[ua] > work[ub];
-    if (p.lengths[ua] != p.lengths[ub]) return p.lengths[ua] > p.lengths[ub];
+    if (work[ua] != work[ub])
+      return work[ua] > work[ub];
+    if (p.lengths[ua] != p.lengths[ub])
+      return p.lengths[ua] > p.lengths[ub];
     return a < b;
   });
   return ids;
 }
-}  // namespace detail
+} // namespace detail
 
 //! One bucket per smallest CP size, largest CP first; inside, longest first (ties: lower id).
 //! The default: groups that need many ranks are placed while the world still has room.
@@ -50,8 +53,10 @@ struct by_cp_size {
     std::sort(ids.begin(), ids.end(), [&](std::int32_t a, std::int32_t b) {
       const auto ua = static_cast<std::size_t>(a);
       const auto ub = static_cast<std::size_t>(b);
-      if (p.min_cp_of[ua] != p.min_cp_of[ub]) return p.min_cp_of[ua] > p.min_cp_of[ub];
-      if (p.lengths[ua] != p.lengths[ub]) return p.lengths[ua] > p.lengths[ub];
+      if (p.min_cp_of[ua] != p.min_cp_of[ub])
+        return p.min_cp_of[ua] > p.min_cp_of[ub];
+      if (p.lengths[ua] != p.lengths[ub])
+        return p.lengths[ua] > p.lengths[ub];
       return a < b;
     });
     bucket_list out;
@@ -84,12 +89,13 @@ struct by_work_quantile {
     for (std::size_t b = 0; b < k; ++b) {
       const std::size_t lo = ids.size() * b / k;
       const std::size_t hi = ids.size() * (b + 1) / k;
-      if (hi > lo) out.emplace_back(ids.begin() + static_cast<std::ptrdiff_t>(lo),
-                                    ids.begin() + static_cast<std::ptrdiff_t>(hi));
+      if (hi > lo)
+        out.emplace_back(ids.begin() + static_cast<std::ptrdiff_t>(lo),
+                         ids.begin() + static_cast<std::ptrdiff_t>(hi));
     }
     return out;
   }
 };
 static_assert(bucketing_policy<by_work_quantile>);
 
-}  // namespace dcpp
+} // namespace dcpp

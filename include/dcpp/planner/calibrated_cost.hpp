@@ -46,7 +46,8 @@ public:
   [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const noexcept {
     const auto x = features(length, cp);
     double sum = 0;
-    for (std::size_t k = 0; k < feature_count; ++k) sum += coefficients_[k] * x[k];
+    for (std::size_t k = 0; k < feature_count; ++k)
+      sum += coefficients_[k] * x[k];
     return std::max(0.0, sum);
   }
 
@@ -68,11 +69,13 @@ public:
     std::array<double, feature_count> scale{};
     for (const auto& r : rows) {
       const auto x = features(r.length, r.cp);
-      for (std::size_t k = 0; k < feature_count; ++k) scale[k] = std::max(scale[k], std::abs(x[k]));
+      for (std::size_t k = 0; k < feature_count; ++k)
+        scale[k] = std::max(scale[k], std::abs(x[k]));
     }
     std::vector<std::size_t> used;
     for (std::size_t k = 0; k < feature_count; ++k)
-      if (scale[k] > 0) used.push_back(k);
+      if (scale[k] > 0)
+        used.push_back(k);
     const std::size_t n = rows.size();
     const std::size_t p = used.size();
     if (n < p)
@@ -85,13 +88,15 @@ public:
     std::vector<double> b(n);
     for (std::size_t i = 0; i < n; ++i) {
       const auto x = features(rows[i].length, rows[i].cp);
-      for (std::size_t j = 0; j < p; ++j) a[j * n + i] = x[used[j]] / scale[used[j]];
+      for (std::size_t j = 0; j < p; ++j)
+        a[j * n + i] = x[used[j]] / scale[used[j]];
       b[i] = rows[i].seconds;
     }
     // Householder QR, applied to b as we go
     for (std::size_t j = 0; j < p; ++j) {
       double norm = 0;
-      for (std::size_t i = j; i < n; ++i) norm += a[j * n + i] * a[j * n + i];
+      for (std::size_t i = j; i < n; ++i)
+        norm += a[j * n + i] * a[j * n + i];
       norm = std::sqrt(norm);
       if (norm < 1e-12 * std::sqrt(static_cast<double>(n)))
         throw error(status_code::parse_error,
@@ -100,27 +105,34 @@ public:
                                 feature_names[used[j]]));
       const double alpha = a[j * n + j] > 0 ? -norm : norm;
       std::vector<double> v(n - j);
-      for (std::size_t i = j; i < n; ++i) v[i - j] = a[j * n + i];
+      for (std::size_t i = j; i < n; ++i)
+        v[i - j] = a[j * n + i];
       v[0] -= alpha;
       double vnorm2 = 0;
-      for (const double x : v) vnorm2 += x * x;
+      for (const double x : v)
+        vnorm2 += x * x;
       auto reflect = [&](double* col) {
         double dot = 0;
-        for (std::size_t i = j; i < n; ++i) dot += v[i - j] * col[i];
+        for (std::size_t i = j; i < n; ++i)
+          dot += v[i - j] * col[i];
         const double f = 2.0 * dot / vnorm2;
-        for (std::size_t i = j; i < n; ++i) col[i] -= f * v[i - j];
+        for (std::size_t i = j; i < n; ++i)
+          col[i] -= f * v[i - j];
       };
-      for (std::size_t k = j; k < p; ++k) reflect(&a[k * n]);
+      for (std::size_t k = j; k < p; ++k)
+        reflect(&a[k * n]);
       reflect(b.data());
     }
     std::array<double, feature_count> coefficients{};
     std::vector<double> solution(p);
     for (std::size_t jj = p; jj-- > 0;) {
       double s = b[jj];
-      for (std::size_t k = jj + 1; k < p; ++k) s -= a[k * n + jj] * solution[k];
+      for (std::size_t k = jj + 1; k < p; ++k)
+        s -= a[k * n + jj] * solution[k];
       solution[jj] = s / a[jj * n + jj];
     }
-    for (std::size_t j = 0; j < p; ++j) coefficients[used[j]] = solution[j] / scale[used[j]];
+    for (std::size_t j = 0; j < p; ++j)
+      coefficients[used[j]] = solution[j] / scale[used[j]];
     return calibrated_cost(coefficients);
   }
 
@@ -129,4 +141,4 @@ private:
 };
 static_assert(workload_estimator<calibrated_cost>);
 
-}  // namespace dcpp
+} // namespace dcpp

@@ -12,10 +12,10 @@ namespace dcpp {
 //! Contract (not checkable by syntax): deterministic, finite, non-negative, non-decreasing in
 //! `length`.
 template <class E>
-concept workload_estimator =
-    std::copyable<E> && requires(const E& e, std::int64_t length, std::int32_t cp) {
-      { e.cost(length, cp) } -> std::convertible_to<double>;
-    };
+concept workload_estimator = std::copyable<E> &&
+    requires(const E& e, std::int64_t length, std::int32_t cp) {
+  { e.cost(length, cp) } -> std::convertible_to<double>;
+};
 
 //! `length^2 / cp`: the cost model of Megatron-LM's dynamic-CP scheduler. Used for parity with
 //! Megatron's plans; it ignores the linear layers and the ring's communication.
@@ -27,4 +27,4 @@ struct megatron_cost {
 };
 static_assert(workload_estimator<megatron_cost>);
 
-}  // namespace dcpp
+} // namespace dcpp

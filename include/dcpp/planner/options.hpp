@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "dcpp/core/config.hpp"
 #include "dcpp/core/math.hpp"
 #include "dcpp/error.hpp"
 
@@ -30,13 +31,13 @@ constexpr std::string_view to_string(topology t) noexcept {
 
 //! Everything the planner needs besides the lengths. Plain data: copy, compare, print.
 struct plan_options {
-  std::int32_t world_size = 8;               //!< N: ranks of the dynamic mesh (DP x CP)
-  std::int64_t max_tokens_per_rank = 4096;   //!< M: token budget per rank and micro-batch
-  std::int32_t min_cp = 1;                   //!< smallest CP group size
-  std::int32_t max_cp = 0;                   //!< largest CP group size; 0 means world_size
+  std::int32_t world_size = 8;             //!< N: ranks of the dynamic mesh (DP x CP)
+  std::int64_t max_tokens_per_rank = 4096; //!< M: token budget per rank and micro-batch
+  std::int32_t min_cp = 1;                 //!< smallest CP group size
+  std::int32_t max_cp = 0;                 //!< largest CP group size; 0 means world_size
   topology group_topology = topology::aligned;
-  std::int64_t padding_unit = 1;             //!< samples pad to a multiple of 2*cp*padding_unit
-  std::int32_t microbatch_multiple = 1;      //!< micro-batch count must be a multiple of this
+  std::int64_t padding_unit = 1;        //!< samples pad to a multiple of 2*cp*padding_unit
+  std::int32_t microbatch_multiple = 1; //!< micro-batch count must be a multiple of this
 
   [[nodiscard]] std::int32_t effective_max_cp() const noexcept {
     return max_cp == 0 ? world_size : std::min(max_cp, world_size);
@@ -46,8 +47,10 @@ struct plan_options {
 
 //! True when a group of `cp` ranks starting at `first_rank` is legal under `options`.
 inline bool is_legal_group(const plan_options& options, std::int32_t first_rank, std::int32_t cp) {
-  if (cp < options.min_cp || cp > options.effective_max_cp()) return false;
-  if (first_rank < 0 || first_rank + cp > options.world_size) return false;
+  if (cp < options.min_cp || cp > options.effective_max_cp())
+    return false;
+  if (first_rank < 0 || first_rank + cp > options.world_size)
+    return false;
   if (options.group_topology == topology::aligned)
     return is_power_of_two(cp) && first_rank % cp == 0;
   return true;
@@ -58,13 +61,15 @@ inline std::vector<std::int32_t> legal_cp_sizes(const plan_options& options) {
   std::vector<std::int32_t> sizes;
   const std::int32_t hi = options.effective_max_cp();
   for (std::int32_t cp = std::max(1, options.min_cp); cp <= hi; ++cp)
-    if (options.group_topology == topology::contiguous || is_power_of_two(cp)) sizes.push_back(cp);
+    if (options.group_topology == topology::contiguous || is_power_of_two(cp))
+      sizes.push_back(cp);
   return sizes;
 }
 
 //! Tokens a sample of `length` puts on each rank of a group of `cp` (padding included).
 inline std::int64_t tokens_per_rank(const plan_options& options, std::int64_t length,
                                     std::int32_t cp) {
+  DCPP_EXPECTS(length >= 0 && cp >= 1 && options.padding_unit >= 1);
   return padded_length(length, cp, options.padding_unit) / cp;
 }
 
@@ -72,7 +77,8 @@ inline std::int64_t tokens_per_rank(const plan_options& options, std::int64_t le
 inline status check_options(const plan_options& o) noexcept {
   using enum status_code;
   if (o.world_size < 1)
-    return status::failure(invalid_option, fmt::format("world_size = {} must be >= 1", o.world_size));
+    return status::failure(invalid_option,
+                           fmt::format("world_size = {} must be >= 1", o.world_size));
   if (o.padding_unit < 1)
     return status::failure(invalid_option,
                            fmt::format("padding_unit = {} must be >= 1", o.padding_unit));
@@ -118,8 +124,8 @@ inline status check_options(const plan_options& o) noexcept {
 struct problem {
   plan_options options;
   std::vector<std::int64_t> lengths;
-  std::vector<std::int32_t> min_cp_of;       //!< per sample: smallest legal cp that fits
-  std::vector<std::int32_t> cp_sizes;        //!< legal cp sizes, ascending
+  std::vector<std::int32_t> min_cp_of; //!< per sample: smallest legal cp that fits
+  std::vector<std::int32_t> cp_sizes;  //!< legal cp sizes, ascending
 
   [[nodiscard]] std::size_t size() const noexcept { return lengths.size(); }
   [[nodiscard]] std::int64_t rank_tokens(std::size_t sample, std::int32_t cp) const {
@@ -142,7 +148,8 @@ inline std::int64_t max_plannable_length(const plan_options& o) {
 
 //! Checks options and lengths together: non-empty, every length positive and plannable.
 inline status check_problem(const plan_options& o, std::span<const std::int64_t> lengths) noexcept {
-  if (status s = check_options(o); !s) return s;
+  if (status s = check_options(o); !s)
+    return s;
   if (lengths.empty())
     return status::failure(status_code::empty_batch, "the batch is empty: no sample to plan");
   const std::int64_t limit = max_plannable_length(o);
@@ -182,4 +189,4 @@ inline problem make_problem(const plan_options& o, std::span<const std::int64_t>
   return p;
 }
 
-}  // namespace dcpp
+} // namespace dcpp

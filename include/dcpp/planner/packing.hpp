@@ -20,12 +20,11 @@ namespace dcpp {
 //! `name` identifies it in outputs. A policy may also offer `check(problem) -> status` for
 //! conditions of its own (e.g. a fixed CP size too small for the longest sample).
 template <class P, class E>
-concept packing_policy =
-    std::copyable<P> && workload_estimator<E> &&
+concept packing_policy = std::copyable<P> && workload_estimator<E> &&
     requires(const P& p, const problem& pr, const E& e, const bucket_list& buckets) {
-      { p.pack(pr, e, buckets) } -> std::same_as<plan>;
-      { P::name } -> std::convertible_to<std::string_view>;
-    };
+  { p.pack(pr, e, buckets) } -> std::same_as<plan>;
+  { P::name } -> std::convertible_to<std::string_view>;
+};
 
 namespace detail {
 
@@ -35,8 +34,8 @@ public:
   struct group {
     std::int32_t first_rank = 0;
     std::int32_t cp = 1;
-    std::int64_t tokens = 0;  // per rank
-    double load = 0;          // per rank
+    std::int64_t tokens = 0; // per rank
+    double load = 0;         // per rank
     std::vector<std::int32_t> samples;
   };
 
@@ -51,8 +50,10 @@ public:
   [[nodiscard]] const std::vector<group>& groups() const noexcept { return groups_; }
 
   //! First legal block of `cp` free ranks, scanning upward; nullopt if none.
-  [[nodiscard]] std::optional<std::int32_t> free_block(const plan_options& o, std::int32_t cp) const {
-    if (free_ < cp) return std::nullopt;
+  [[nodiscard]] std::optional<std::int32_t> free_block(const plan_options& o,
+                                                       std::int32_t cp) const {
+    if (free_ < cp)
+      return std::nullopt;
     const std::int32_t step = o.group_topology == topology::aligned ? cp : 1;
     std::int32_t first = lowest_free_ / step * step;
     while (first + cp <= world_size()) {
@@ -62,7 +63,8 @@ public:
           busy = r;
           break;
         }
-      if (busy < 0) return first;
+      if (busy < 0)
+        return first;
       first = round_up(busy + 1, step);
     }
     return std::nullopt;
@@ -72,9 +74,11 @@ public:
   std::int32_t open(std::int32_t first, std::int32_t cp) {
     const auto index = static_cast<std::int32_t>(groups_.size());
     groups_.push_back(group{first, cp, 0, 0.0, {}});
-    for (std::int32_t r = first; r < first + cp; ++r) owner_[static_cast<std::size_t>(r)] = index;
+    for (std::int32_t r = first; r < first + cp; ++r)
+      owner_[static_cast<std::size_t>(r)] = index;
     free_ -= cp;
-    while (lowest_free_ < world_size() && owner_[static_cast<std::size_t>(lowest_free_)] >= 0) ++lowest_free_;
+    while (lowest_free_ < world_size() && owner_[static_cast<std::size_t>(lowest_free_)] >= 0)
+      ++lowest_free_;
     return index;
   }
 
@@ -87,7 +91,8 @@ public:
 
   [[nodiscard]] double max_load() const noexcept {
     double m = 0;
-    for (const auto& g : groups_) m = std::max(m, g.load);
+    for (const auto& g : groups_)
+      m = std::max(m, g.load);
     return m;
   }
 
@@ -119,20 +124,23 @@ public:
       std::int32_t next_cp = 0;
       for (std::size_t g = 0; g < groups_.size(); ++g) {
         const auto it = std::upper_bound(pr.cp_sizes.begin(), pr.cp_sizes.end(), groups_[g].cp);
-        if (it == pr.cp_sizes.end() || *it - groups_[g].cp > free_) continue;
+        if (it == pr.cp_sizes.end() || *it - groups_[g].cp > free_)
+          continue;
         if (!pick || groups_[g].cp < groups_[*pick].cp) {
           pick = g;
           next_cp = *it;
         }
       }
-      if (!pick) return;
+      if (!pick)
+        return;
       auto& grp = groups_[*pick];
       grp.cp = next_cp;
       grp.tokens = 0;
       grp.load = 0;
       for (const std::int32_t s : grp.samples) {
         grp.tokens += pr.rank_tokens(static_cast<std::size_t>(s), next_cp);
-        grp.load += static_cast<double>(estimator.cost(pr.lengths[static_cast<std::size_t>(s)], next_cp));
+        grp.load +=
+            static_cast<double>(estimator.cost(pr.lengths[static_cast<std::size_t>(s)], next_cp));
       }
       compact();
     }
@@ -141,7 +149,8 @@ public:
   [[nodiscard]] plan_microbatch to_plan() const {
     plan_microbatch mb;
     for (const auto& g : groups_)
-      if (!g.samples.empty()) mb.groups.push_back(plan_group{g.first_rank, g.cp, g.samples, 0, 0.0});
+      if (!g.samples.empty())
+        mb.groups.push_back(plan_group{g.first_rank, g.cp, g.samples, 0, 0.0});
     return mb;
   }
 
@@ -149,13 +158,14 @@ private:
   std::vector<group> groups_;
   std::vector<std::int32_t> owner_;
   std::int32_t free_ = 0;
-  std::int32_t lowest_free_ = 0;  // no free rank below this one
+  std::int32_t lowest_free_ = 0; // no free rank below this one
 };
 
 //! Flattens buckets into one processing order.
 inline std::vector<std::int32_t> flatten(const bucket_list& buckets) {
   std::vector<std::int32_t> out;
-  for (const auto& b : buckets) out.insert(out.end(), b.begin(), b.end());
+  for (const auto& b : buckets)
+    out.insert(out.end(), b.begin(), b.end());
   return out;
 }
 
@@ -165,12 +175,12 @@ inline std::vector<std::int32_t> flatten(const bucket_list& buckets) {
 //! two halves are filled by growing groups. Appends an empty micro-batch only when nothing can
 //! be split (fewer samples than the multiple).
 template <class Estimator>
-void split_to_multiple(std::vector<microbatch_state>& mbs, std::int32_t multiple,
-                       const problem& pr, const Estimator& estimator, bool grow) {
+void split_to_multiple(std::vector<microbatch_state>& mbs, std::int32_t multiple, const problem& pr,
+                       const Estimator& estimator, bool grow) {
   const std::int32_t world = pr.options.world_size;
   while (mbs.size() % static_cast<std::size_t>(multiple) != 0) {
     std::optional<std::size_t> by_groups;
-    std::optional<std::size_t> by_samples;  // only single-group micro-batches remain then
+    std::optional<std::size_t> by_samples; // only single-group micro-batches remain then
     std::size_t most_samples = 1;
     for (std::size_t m = 0; m < mbs.size(); ++m) {
       const auto& gs = mbs[m].groups();
@@ -213,8 +223,10 @@ void split_to_multiple(std::vector<microbatch_state>& mbs, std::int32_t multiple
         const std::int32_t s = g.samples[i];
         const auto us = static_cast<std::size_t>(s);
         const double c = static_cast<double>(estimator.cost(pr.lengths[us], g.cp));
-        if (i % 2 == 0) a.add(ga, s, pr.rank_tokens(us, g.cp), c);
-        else b.add(gb, s, pr.rank_tokens(us, g.cp), c);
+        if (i % 2 == 0)
+          a.add(ga, s, pr.rank_tokens(us, g.cp), c);
+        else
+          b.add(gb, s, pr.rank_tokens(us, g.cp), c);
       }
       mbs[*by_samples] = std::move(a);
       mbs.insert(mbs.begin() + static_cast<std::ptrdiff_t>(*by_samples) + 1, std::move(b));
@@ -241,9 +253,10 @@ inline plan to_plan(const problem& pr, std::string_view policy,
                     const std::vector<microbatch_state>& mbs) {
   plan p = make_plan_shell(pr, policy);
   p.microbatches.reserve(mbs.size());
-  for (const auto& mb : mbs) p.microbatches.push_back(mb.to_plan());
+  for (const auto& mb : mbs)
+    p.microbatches.push_back(mb.to_plan());
   return p;
 }
 
-}  // namespace detail
-}  // namespace dcpp
+} // namespace detail
+} // namespace dcpp

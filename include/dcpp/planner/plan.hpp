@@ -19,8 +19,8 @@ struct plan_group {
   std::int32_t first_rank = 0;
   std::int32_t cp = 1;
   std::vector<std::int32_t> samples;
-  std::int64_t tokens = 0;  //!< padded tokens on each rank of the group
-  double time = 0;          //!< estimated time on each rank of the group
+  std::int64_t tokens = 0; //!< padded tokens on each rank of the group
+  double time = 0;         //!< estimated time on each rank of the group
   friend bool operator==(const plan_group&, const plan_group&) = default;
 };
 
@@ -33,14 +33,14 @@ struct plan_microbatch {
 };
 
 struct plan_metrics {
-  double estimated_step_time = 0;  //!< sum over micro-batches of the max rank time
-  double lower_bound = 0;          //!< DESIGN.md section 4
-  double efficiency = 0;           //!< lower_bound / estimated_step_time
-  double plan_seconds = 0;         //!< wall time of the planning call alone
-  double max_rank_load = 0;        //!< max over (micro-batch, rank) of the time
-  double mean_rank_load = 0;       //!< mean over (micro-batch, rank), idle slots counted as 0
+  double estimated_step_time = 0; //!< sum over micro-batches of the max rank time
+  double lower_bound = 0;         //!< DESIGN.md section 4
+  double efficiency = 0;          //!< lower_bound / estimated_step_time
+  double plan_seconds = 0;        //!< wall time of the planning call alone
+  double max_rank_load = 0;       //!< max over (micro-batch, rank) of the time
+  double mean_rank_load = 0;      //!< mean over (micro-batch, rank), idle slots counted as 0
   std::int64_t idle_rank_slots = 0;
-  std::int32_t min_microbatches = 0;  //!< ceil(total padded tokens at each sample's min cp / (N*M))
+  std::int32_t min_microbatches = 0; //!< ceil(total padded tokens at each sample's min cp / (N*M))
   friend bool operator==(const plan_metrics&, const plan_metrics&) = default;
 };
 
@@ -51,8 +51,8 @@ struct plan {
   std::vector<std::int64_t> lengths;
   std::vector<plan_microbatch> microbatches;
   plan_metrics metrics;
-  std::string policy;     //!< name of the packing policy that made it (informational)
-  std::string estimator;  //!< name of the estimator it was evaluated with (informational)
+  std::string policy;    //!< name of the packing policy that made it (informational)
+  std::string estimator; //!< name of the estimator it was evaluated with (informational)
   friend bool operator==(const plan&, const plan&) = default;
 
   //! Per-rank view of micro-batch `mb`: group index covering each rank, or -1 if idle.
@@ -61,7 +61,8 @@ struct plan {
     const auto& groups = microbatches[mb].groups;
     for (std::size_t g = 0; g < groups.size(); ++g)
       for (std::int32_t r = groups[g].first_rank; r < groups[g].first_rank + groups[g].cp; ++r)
-        if (r >= 0 && r < world_size) out[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(g);
+        if (r >= 0 && r < world_size)
+          out[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(g);
     return out;
   }
 };
@@ -70,7 +71,8 @@ struct plan {
 //! equal plans byte-identical.
 inline void canonicalize(plan& p) {
   for (auto& mb : p.microbatches) {
-    for (auto& g : mb.groups) std::sort(g.samples.begin(), g.samples.end());
+    for (auto& g : mb.groups)
+      std::sort(g.samples.begin(), g.samples.end());
     std::sort(mb.groups.begin(), mb.groups.end(),
               [](const plan_group& a, const plan_group& b) { return a.first_rank < b.first_rank; });
   }
@@ -85,7 +87,8 @@ double lower_bound(const problem& pr, const Estimator& estimator) {
     double best_area = std::numeric_limits<double>::infinity();
     double best_time = std::numeric_limits<double>::infinity();
     for (const std::int32_t cp : pr.cp_sizes) {
-      if (cp < pr.min_cp_of[i]) continue;
+      if (cp < pr.min_cp_of[i])
+        continue;
       const double t = static_cast<double>(estimator.cost(pr.lengths[i], cp));
       best_area = std::min(best_area, t * cp);
       best_time = std::min(best_time, t);
@@ -102,8 +105,10 @@ inline std::int32_t min_microbatches(const problem& pr) {
   std::int64_t rank_tokens = 0;
   for (std::size_t i = 0; i < pr.size(); ++i)
     rank_tokens += pr.rank_tokens(i, pr.min_cp_of[i]) * pr.min_cp_of[i];
-  const std::int64_t capacity = std::int64_t{pr.options.world_size} * pr.options.max_tokens_per_rank;
-  const auto k = static_cast<std::int32_t>(std::max<std::int64_t>(1, ceil_div(rank_tokens, capacity)));
+  const std::int64_t capacity =
+      std::int64_t{pr.options.world_size} * pr.options.max_tokens_per_rank;
+  const auto k =
+      static_cast<std::int32_t>(std::max<std::int64_t>(1, ceil_div(rank_tokens, capacity)));
   return round_up(k, pr.options.microbatch_multiple);
 }
 
@@ -123,7 +128,8 @@ void evaluate(plan& p, const problem& pr, const Estimator& estimator) {
       g.time = 0;
       for (const std::int32_t s : g.samples) {
         g.tokens += pr.rank_tokens(static_cast<std::size_t>(s), g.cp);
-        g.time += static_cast<double>(estimator.cost(pr.lengths[static_cast<std::size_t>(s)], g.cp));
+        g.time +=
+            static_cast<double>(estimator.cost(pr.lengths[static_cast<std::size_t>(s)], g.cp));
       }
       mb.time = std::max(mb.time, g.time);
       load_sum += g.time * g.cp;
@@ -158,7 +164,8 @@ inline std::uint64_t plan_hash(const plan& p) {
   mix(p.world_size);
   mix(p.max_tokens_per_rank);
   mix(static_cast<std::int64_t>(p.lengths.size()));
-  for (const auto l : p.lengths) mix(l);
+  for (const auto l : p.lengths)
+    mix(l);
   mix(static_cast<std::int64_t>(p.microbatches.size()));
   for (const auto& mb : p.microbatches) {
     mix(static_cast<std::int64_t>(mb.groups.size()));
@@ -166,10 +173,11 @@ inline std::uint64_t plan_hash(const plan& p) {
       mix(g.first_rank);
       mix(g.cp);
       mix(static_cast<std::int64_t>(g.samples.size()));
-      for (const auto s : g.samples) mix(s);
+      for (const auto s : g.samples)
+        mix(s);
     }
   }
   return h;
 }
 
-}  // namespace dcpp
+} // namespace dcpp

@@ -27,8 +27,8 @@ inline std::uint64_t options_hash(const plan_options& o) {
   plan shell;
   shell.world_size = o.world_size;
   shell.max_tokens_per_rank = o.max_tokens_per_rank;
-  shell.lengths = {o.min_cp, o.max_cp, static_cast<std::int64_t>(o.group_topology),
-                   o.padding_unit, o.microbatch_multiple};
+  shell.lengths = {o.min_cp, o.max_cp, static_cast<std::int64_t>(o.group_topology), o.padding_unit,
+                   o.microbatch_multiple};
   return plan_hash(shell);
 }
 
@@ -40,7 +40,7 @@ inline std::uint64_t options_hash(const plan_options& o) {
 //!   communicator, plans, and checks collectively that every rank holds the same plan.
 template <workload_estimator Estimator = transformer_cost, bucketing_policy Bucketing = by_cp_size,
           class Packing = balanced, plan_communicator Communicator = serial_communicator>
-  requires packing_policy<Packing, Estimator>
+requires packing_policy<Packing, Estimator>
 class planner {
 public:
   using estimator_type = Estimator;
@@ -54,7 +54,8 @@ public:
         packing_(std::move(packing)), communicator_(std::move(communicator)) {}
 
   [[nodiscard]] status can_plan(std::span<const std::int64_t> lengths) const noexcept {
-    if (status s = check_problem(options_, lengths); !s) return s;
+    if (status s = check_problem(options_, lengths); !s)
+      return s;
     if constexpr (requires { packing_.check(std::declval<const problem&>()); }) {
       try {
         return packing_.check(make_problem(options_, lengths));
@@ -68,7 +69,8 @@ public:
   [[nodiscard]] plan make_plan(std::span<const std::int64_t> lengths) const {
     const auto start = std::chrono::steady_clock::now();
     const problem pr = make_problem(options_, lengths);
-    if constexpr (requires { packing_.check(pr); }) throw_if_failed(packing_.check(pr));
+    if constexpr (requires { packing_.check(pr); })
+      throw_if_failed(packing_.check(pr));
     std::vector<double> work(pr.size());
     for (std::size_t i = 0; i < pr.size(); ++i)
       work[i] = static_cast<double>(estimator_.cost(pr.lengths[i], pr.min_cp_of[i]));
@@ -80,10 +82,10 @@ public:
     p.metrics.plan_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (status s = validate(p, options_); !s)
-      throw error(status_code::invalid_plan,
-                  fmt::format("packing policy {} produced an invalid plan: {}", Packing::name,
-                              s.message),
-                  s.sample);
+      throw error(
+          status_code::invalid_plan,
+          fmt::format("packing policy {} produced an invalid plan: {}", Packing::name, s.message),
+          s.sample);
     return p;
   }
 
@@ -96,7 +98,7 @@ public:
       throw error(status_code::communication_error,
                   "plan_distributed: ranks were given different plan options");
     const std::vector<std::int64_t> lengths = communicator_.all_gather_v(local_lengths);
-    plan p = make_plan(lengths);  // every rank sees the same lengths, so fails the same way
+    plan p = make_plan(lengths); // every rank sees the same lengths, so fails the same way
     const std::uint64_t ph = plan_hash(p);
     if (communicator_.all_reduce_min(ph) != communicator_.all_reduce_max(ph))
       throw error(status_code::communication_error,
@@ -144,4 +146,4 @@ private:
   Communicator communicator_;
 };
 
-}  // namespace dcpp
+} // namespace dcpp

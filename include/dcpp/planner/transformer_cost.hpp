@@ -24,17 +24,17 @@ struct model_shape {
   std::int32_t kv_heads = 8;
   std::int32_t ffn = 14336;
   std::int32_t vocab = 128256;
-  bool gated_mlp = true;  //!< SwiGLU: three ffn matrices instead of two
+  bool gated_mlp = true; //!< SwiGLU: three ffn matrices instead of two
   friend bool operator==(const model_shape&, const model_shape&) = default;
 };
 
 //! What one device achieves. Rates are sustained, not peak.
 struct device_spec {
   std::string_view name;
-  double matmul_flops = 5.9e14;      //!< dense bf16 GEMM FLOP/s reached by the linear layers
-  double attention_flops = 4.5e14;   //!< FLOP/s reached by the attention kernel
-  double link_bytes_per_second = 2.0e11;  //!< one direction, ring neighbour to ring neighbour
-  double link_latency = 1.5e-5;      //!< seconds per ring-step message
+  double matmul_flops = 5.9e14;          //!< dense bf16 GEMM FLOP/s reached by the linear layers
+  double attention_flops = 4.5e14;       //!< FLOP/s reached by the attention kernel
+  double link_bytes_per_second = 2.0e11; //!< one direction, ring neighbour to ring neighbour
+  double link_latency = 1.5e-5;          //!< seconds per ring-step message
   std::int32_t bytes_per_element = 2;
   friend bool operator==(const device_spec&, const device_spec&) = default;
 };
@@ -71,7 +71,7 @@ public:
     const double mlp = (model.gated_mlp ? 3.0 : 2.0) * h * model.ffn;
     const double per_layer = h * (h + 2.0 * kv) + h * h + mlp;
     linear_flops_per_token_ = 3.0 * 2.0 * (per_layer * model.layers + h * model.vocab);
-    attention_flops_per_token2_ = 2.0 * h * model.layers;  // forward, causal, per L^2
+    attention_flops_per_token2_ = 2.0 * h * model.layers; // forward, causal, per L^2
     kv_bytes_per_token_ = 2.0 * kv * device.bytes_per_element;
   }
 
@@ -80,9 +80,11 @@ public:
     const double c = static_cast<double>(cp);
     const double tokens = l / c;
     const double linear = linear_flops_per_token_ * tokens / device_.matmul_flops;
-    const double attention_forward = attention_flops_per_token2_ * l * l / c / device_.attention_flops;
+    const double attention_forward =
+        attention_flops_per_token2_ * l * l / c / device_.attention_flops;
     const double attention = 3.5 * attention_forward;
-    if (cp <= 1) return linear + attention;
+    if (cp <= 1)
+      return linear + attention;
     // one ring step of one layer: compute of 1/cp of the rank's attention, transfer of one KV block
     const double step_compute = attention_forward / c / model_.layers;
     const double step_bytes = kv_bytes_per_token_ * tokens;
@@ -96,9 +98,7 @@ public:
 
   [[nodiscard]] const model_shape& model() const noexcept { return model_; }
   [[nodiscard]] const device_spec& device() const noexcept { return device_; }
-  [[nodiscard]] std::string name() const {
-    return fmt::format("{}@{}", model_.name, device_.name);
-  }
+  [[nodiscard]] std::string name() const { return fmt::format("{}@{}", model_.name, device_.name); }
 
   //! "MODEL@DEVICE" or "MODEL" (device h100), e.g. "llama3-70b@a100".
   static std::optional<transformer_cost> from_preset(std::string_view spec) {
@@ -110,7 +110,8 @@ public:
                                 [&](const model_shape& s) { return s.name == model_name; });
     const auto d = std::find_if(device_presets.begin(), device_presets.end(),
                                 [&](const device_spec& s) { return s.name == device_name; });
-    if (m == model_presets.end() || d == device_presets.end()) return std::nullopt;
+    if (m == model_presets.end() || d == device_presets.end())
+      return std::nullopt;
     return transformer_cost(*m, *d);
   }
 
@@ -132,4 +133,4 @@ private:
 };
 static_assert(workload_estimator<transformer_cost>);
 
-}  // namespace dcpp
+} // namespace dcpp

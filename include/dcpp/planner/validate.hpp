@@ -21,7 +21,8 @@ inline status validate(const plan& p, const plan_options& o) {
     return status::failure(invalid_plan, std::move(message), sample);
   };
   if (p.world_size != o.world_size)
-    return fail(fmt::format("world_size = {} differs from the options' {}", p.world_size, o.world_size));
+    return fail(
+        fmt::format("world_size = {} differs from the options' {}", p.world_size, o.world_size));
   if (p.max_tokens_per_rank != o.max_tokens_per_rank)
     return fail(fmt::format("max_tokens_per_rank = {} differs from the options' {}",
                             p.max_tokens_per_rank, o.max_tokens_per_rank));
@@ -29,7 +30,7 @@ inline status validate(const plan& p, const plan_options& o) {
     return fail(fmt::format("{} micro-batches is not a multiple of microbatch_multiple = {}",
                             p.microbatches.size(), o.microbatch_multiple));
   const std::size_t n = p.lengths.size();
-  std::vector<std::int32_t> seen(n, -1);  // micro-batch where each sample was placed
+  std::vector<std::int32_t> seen(n, -1); // micro-batch where each sample was placed
   std::vector<std::int32_t> owner(static_cast<std::size_t>(o.world_size));
   for (std::size_t m = 0; m < p.microbatches.size(); ++m) {
     std::fill(owner.begin(), owner.end(), -1);
@@ -47,16 +48,20 @@ inline status validate(const plan& p, const plan_options& o) {
       for (std::int32_t r = g.first_rank; r < g.first_rank + g.cp; ++r) {
         auto& who = owner[static_cast<std::size_t>(r)];
         if (who >= 0)
-          return fail(fmt::format("micro-batch {}: rank {} is in group {} and group {}", m, r, who, gi));
+          return fail(
+              fmt::format("micro-batch {}: rank {} is in group {} and group {}", m, r, who, gi));
         who = static_cast<std::int32_t>(gi);
       }
       std::int64_t tokens = 0;
       for (const std::int32_t s : g.samples) {
         if (s < 0 || static_cast<std::size_t>(s) >= n)
-          return fail(fmt::format("micro-batch {} group {}: sample id {} is outside [0, {})", m, gi, s, n), s);
+          return fail(
+              fmt::format("micro-batch {} group {}: sample id {} is outside [0, {})", m, gi, s, n),
+              s);
         if (seen[static_cast<std::size_t>(s)] >= 0)
           return fail(fmt::format("sample {} appears twice (micro-batches {} and {})", s,
-                                  seen[static_cast<std::size_t>(s)], m), s);
+                                  seen[static_cast<std::size_t>(s)], m),
+                      s);
         seen[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(m);
         tokens += tokens_per_rank(o, p.lengths[static_cast<std::size_t>(s)], g.cp);
       }
@@ -74,4 +79,4 @@ inline status validate(const plan& p, const plan_options& o) {
   return status::success();
 }
 
-}  // namespace dcpp
+} // namespace dcpp

@@ -58,19 +58,21 @@ inline std::int64_t clamp_length(double x, std::int64_t lo, std::int64_t hi) {
 }
 
 //! SFT mix: log-normal with mean `mean` and sigma 1.5, clamped to [128, 8192].
-inline std::vector<std::int64_t> sft_lognormal(std::size_t n, std::uint64_t seed, double mean = 1024.0,
-                                               double sigma = 1.5, std::int64_t lo = 128,
-                                               std::int64_t hi = 8192) {
+inline std::vector<std::int64_t> sft_lognormal(std::size_t n, std::uint64_t seed,
+                                               double mean = 1024.0, double sigma = 1.5,
+                                               std::int64_t lo = 128, std::int64_t hi = 8192) {
   rng r(seed);
   const double mu = std::log(mean) - sigma * sigma / 2;
   std::vector<std::int64_t> out(n);
-  for (auto& l : out) l = clamp_length(std::exp(mu + sigma * r.normal()), lo, hi);
+  for (auto& l : out)
+    l = clamp_length(std::exp(mu + sigma * r.normal()), lo, hi);
   return out;
 }
 
 //! Long-context mix: most samples log-normal under 6K; `tail_fraction` (2.5%) log-normal with
 //! median 24K up to `max_length` (128K).
-inline std::vector<std::int64_t> long_tail(std::size_t n, std::uint64_t seed, double tail_fraction = 0.025,
+inline std::vector<std::int64_t> long_tail(std::size_t n, std::uint64_t seed,
+                                           double tail_fraction = 0.025,
                                            std::int64_t max_length = 131072) {
   rng r(seed);
   std::vector<std::int64_t> out(n);
@@ -88,12 +90,14 @@ inline std::vector<std::int64_t> pareto(std::size_t n, std::uint64_t seed, doubl
                                         std::int64_t max_length = 131072) {
   rng r(seed);
   std::vector<std::int64_t> out(n);
-  for (auto& l : out) l = clamp_length(512.0 / std::pow(1.0 - r.uniform(), 1.0 / alpha), 512, max_length);
+  for (auto& l : out)
+    l = clamp_length(512.0 / std::pow(1.0 - r.uniform(), 1.0 / alpha), 512, max_length);
   return out;
 }
 
 //! Bimodal: 7/8 short (uniform 256..2K), 1/8 long (log-normal, median 32K, up to `max_length`).
-inline std::vector<std::int64_t> bimodal(std::size_t n, std::uint64_t seed, std::int64_t max_length = 65536) {
+inline std::vector<std::int64_t> bimodal(std::size_t n, std::uint64_t seed,
+                                         std::int64_t max_length = 65536) {
   rng r(seed);
   std::vector<std::int64_t> out(n);
   for (auto& l : out) {
@@ -107,24 +111,29 @@ inline std::vector<std::int64_t> bimodal(std::size_t n, std::uint64_t seed, std:
 
 //! RL rollouts: prompt (log-normal, median 600) plus response; 30% of responses hit the
 //! generation cap, so lengths pile up at `cap`; the rest are uniform below it.
-inline std::vector<std::int64_t> rl_rollouts(std::size_t n, std::uint64_t seed, std::int64_t cap = 32768) {
+inline std::vector<std::int64_t> rl_rollouts(std::size_t n, std::uint64_t seed,
+                                             std::int64_t cap = 32768) {
   rng r(seed);
   std::vector<std::int64_t> out(n);
   for (auto& l : out) {
-    const std::int64_t prompt = clamp_length(std::exp(std::log(600.0) + 0.6 * r.normal()), 32, 4096);
-    const std::int64_t response =
-        r.uniform() < 0.3 ? cap - prompt : r.uniform_int(16, std::max<std::int64_t>(16, cap - prompt));
+    const std::int64_t prompt =
+        clamp_length(std::exp(std::log(600.0) + 0.6 * r.normal()), 32, 4096);
+    const std::int64_t response = r.uniform() < 0.3
+                                      ? cap - prompt
+                                      : r.uniform_int(16, std::max<std::int64_t>(16, cap - prompt));
     l = std::min(cap, prompt + std::max<std::int64_t>(16, response));
   }
   return out;
 }
 
 //! Short-only: uniform in [128, max_length].
-inline std::vector<std::int64_t> short_only(std::size_t n, std::uint64_t seed, std::int64_t max_length = 4096) {
+inline std::vector<std::int64_t> short_only(std::size_t n, std::uint64_t seed,
+                                            std::int64_t max_length = 4096) {
   rng r(seed);
   std::vector<std::int64_t> out(n);
-  for (auto& l : out) l = r.uniform_int(128, max_length);
+  for (auto& l : out)
+    l = r.uniform_int(128, max_length);
   return out;
 }
 
-}  // namespace dcpp::workload
+} // namespace dcpp::workload

@@ -41,9 +41,9 @@ class balanced_engine;
 //!   a `balanced` plan is never slower than `megatron_greedy`'s under the same estimator.
 struct balanced {
   static constexpr std::string_view name = "balanced";
-  std::int32_t improvement_sweeps = 64;   //!< bound on sweeps over the rounds
-  std::int32_t candidates_per_level = 8;  //!< groups examined per CP size for a move or swap
-  std::int32_t extra_microbatches = 0;    //!< rounds allowed beyond the token lower bound
+  std::int32_t improvement_sweeps = 64;  //!< bound on sweeps over the rounds
+  std::int32_t candidates_per_level = 8; //!< groups examined per CP size for a move or swap
+  std::int32_t extra_microbatches = 0;   //!< rounds allowed beyond the token lower bound
 
   template <workload_estimator Estimator>
   plan pack(const problem& pr, const Estimator& estimator, const bucket_list& buckets) const {
@@ -68,9 +68,9 @@ public:
     const std::int32_t k_min = initial_microbatches();
 
     plan best = megatron_greedy{}.pack(pr_, estimator_, buckets);
-    const auto allowed = static_cast<std::size_t>(
-        std::max<std::int64_t>(static_cast<std::int64_t>(best.microbatches.size()),
-                               k_min + std::int64_t{policy_.extra_microbatches} * o_.microbatch_multiple));
+    const auto allowed = static_cast<std::size_t>(std::max<std::int64_t>(
+        static_cast<std::int64_t>(best.microbatches.size()),
+        k_min + std::int64_t{policy_.extra_microbatches} * o_.microbatch_multiple));
     load(best);
     improve();
     double best_step = step_time();
@@ -78,7 +78,8 @@ public:
 
     auto consider = [&]() {
       // a construction far behind the best so far is not worth improving
-      if (static_cast<std::size_t>(k_) > allowed || step_time() > 1.25 * best_step) return;
+      if (static_cast<std::size_t>(k_) > allowed || step_time() > 1.25 * best_step)
+        return;
       improve();
       const double step = step_time();
       if (step < best_step) {
@@ -92,7 +93,8 @@ public:
     build_levelled();
     consider();
     // targeted, with CP raising, at the fewest rounds that pack
-    for (std::int32_t k = k_min; static_cast<std::size_t>(k) <= allowed; k += o_.microbatch_multiple) {
+    for (std::int32_t k = k_min; static_cast<std::size_t>(k) <= allowed;
+         k += o_.microbatch_multiple) {
       cp_ = base_cp;
       cost_ = base_cost;
       raise_cp_sizes(k);
@@ -114,7 +116,7 @@ private:
     std::vector<std::int32_t> samples;
     bool alive = true;
   };
-  using keyed = std::pair<double, std::int32_t>;  // (load, group id)
+  using keyed = std::pair<double, std::int32_t>; // (load, group id)
 
   [[nodiscard]] std::size_t level_of(std::int32_t cp) const {
     return static_cast<std::size_t>(std::lower_bound(pr_.cp_sizes.begin(), pr_.cp_sizes.end(), cp) -
@@ -155,15 +157,16 @@ private:
 
   [[nodiscard]] std::int32_t initial_microbatches() const {
     std::int64_t rank_tokens = 0;
-    std::int64_t wide_tokens = 0;  // samples whose group spans more than half the world
+    std::int64_t wide_tokens = 0; // samples whose group spans more than half the world
     for (std::int32_t s = 0; s < n_; ++s) {
       const auto c = cp_[static_cast<std::size_t>(s)];
       rank_tokens += tokens(s, c) * c;
-      if (2 * c > world_) wide_tokens += tokens(s, c);
+      if (2 * c > world_)
+        wide_tokens += tokens(s, c);
     }
-    const std::int64_t k = std::max({std::int64_t{1},
-                                     ceil_div(rank_tokens, std::int64_t{world_} * budget_),
-                                     ceil_div(wide_tokens, budget_)});
+    const std::int64_t k =
+        std::max({std::int64_t{1}, ceil_div(rank_tokens, std::int64_t{world_} * budget_),
+                  ceil_div(wide_tokens, budget_)});
     return round_up(static_cast<std::int32_t>(k), o_.microbatch_multiple);
   }
 
@@ -176,17 +179,20 @@ private:
       bool changed = false;
       for (std::int32_t s = 0; s < n_; ++s) {
         const auto us = static_cast<std::size_t>(s);
-        if (cost_[us] <= target_) continue;
+        if (cost_[us] <= target_)
+          continue;
         std::int32_t pick = cp_[us];
         double pick_cost = cost_[us];
         for (const std::int32_t c : ladder(s)) {
-          if (c <= cp_[us]) continue;
+          if (c <= cp_[us])
+            continue;
           const double w = cost(s, c);
           if (w < pick_cost) {
             pick = c;
             pick_cost = w;
           }
-          if (w <= target_) break;
+          if (w <= target_)
+            break;
         }
         if (pick != cp_[us]) {
           cp_[us] = pick;
@@ -194,21 +200,26 @@ private:
           changed = true;
         }
       }
-      if (!changed) break;
+      if (!changed)
+        break;
     }
   }
 
   [[nodiscard]] std::vector<std::int32_t> placement_order(const bucket_list& buckets) const {
     std::vector<std::int32_t> bucket_of(static_cast<std::size_t>(n_), 0);
     for (std::size_t b = 0; b < buckets.size(); ++b)
-      for (const auto s : buckets[b]) bucket_of[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(b);
+      for (const auto s : buckets[b])
+        bucket_of[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(b);
     std::vector<std::int32_t> order = flatten(buckets);
     std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
       const auto ua = static_cast<std::size_t>(a);
       const auto ub = static_cast<std::size_t>(b);
-      if (bucket_of[ua] != bucket_of[ub]) return bucket_of[ua] < bucket_of[ub];
-      if (cp_[ua] != cp_[ub]) return cp_[ua] > cp_[ub];
-      if (cost_[ua] != cost_[ub]) return cost_[ua] > cost_[ub];
+      if (bucket_of[ua] != bucket_of[ub])
+        return bucket_of[ua] < bucket_of[ub];
+      if (cp_[ua] != cp_[ub])
+        return cp_[ua] > cp_[ub];
+      if (cost_[ua] != cost_[ub])
+        return cost_[ua] > cost_[ub];
       return a < b;
     });
     return order;
@@ -226,18 +237,21 @@ private:
     mb_groups_.assign(static_cast<std::size_t>(k), {});
     mb_max_.assign(static_cast<std::size_t>(k), 0.0);
     by_room_.clear();
-    for (std::int32_t m = 0; m < k; ++m) by_room_.emplace(-world_, m);
+    for (std::int32_t m = 0; m < k; ++m)
+      by_room_.emplace(-world_, m);
     group_of_.assign(static_cast<std::size_t>(n_), -1);
     by_slack_.clear();
     indexed_ = false;
   }
 
   std::int32_t& owner(std::int32_t mb, std::int32_t rank) {
-    return owner_[static_cast<std::size_t>(mb) * static_cast<std::size_t>(world_) + static_cast<std::size_t>(rank)];
+    return owner_[static_cast<std::size_t>(mb) * static_cast<std::size_t>(world_) +
+                  static_cast<std::size_t>(rank)];
   }
 
   [[nodiscard]] std::optional<std::int32_t> free_block(std::int32_t mb, std::int32_t cp) {
-    if (free_[static_cast<std::size_t>(mb)] < cp) return std::nullopt;
+    if (free_[static_cast<std::size_t>(mb)] < cp)
+      return std::nullopt;
     const std::int32_t step = o_.group_topology == topology::aligned ? cp : 1;
     std::int32_t first = lowest_free_[static_cast<std::size_t>(mb)] / step * step;
     while (first + cp <= world_) {
@@ -247,7 +261,8 @@ private:
           busy = r;
           break;
         }
-      if (busy < 0) return first;
+      if (busy < 0)
+        return first;
       first = round_up(busy + 1, step);
     }
     return std::nullopt;
@@ -263,22 +278,27 @@ private:
   std::int32_t open(std::int32_t mb, std::int32_t first, std::int32_t cp) {
     const auto id = static_cast<std::int32_t>(groups_.size());
     groups_.push_back(group{mb, first, cp, 0, 0.0, {}, true});
-    for (std::int32_t r = first; r < first + cp; ++r) owner(mb, r) = id;
+    for (std::int32_t r = first; r < first + cp; ++r)
+      owner(mb, r) = id;
     auto& low = lowest_free_[static_cast<std::size_t>(mb)];
-    while (low < world_ && owner(mb, low) >= 0) ++low;
+    while (low < world_ && owner(mb, low) >= 0)
+      ++low;
     set_free(mb, -cp);
     mb_groups_[static_cast<std::size_t>(mb)].push_back(id);
     by_level_[level_of(cp)].emplace(0.0, id);
-    if (indexed_) by_slack_[level_of(cp)].emplace(-slack(id), id);
+    if (indexed_)
+      by_slack_[level_of(cp)].emplace(-slack(id), id);
     return id;
   }
 
   void close(std::int32_t id) {
     group& g = groups_[static_cast<std::size_t>(id)];
     by_level_[level_of(g.cp)].erase({g.load, id});
-    if (indexed_) by_slack_[level_of(g.cp)].erase({-slack(id), id});
+    if (indexed_)
+      by_slack_[level_of(g.cp)].erase({-slack(id), id});
     g.alive = false;
-    for (std::int32_t r = g.first; r < g.first + g.cp; ++r) owner(g.mb, r) = -1;
+    for (std::int32_t r = g.first; r < g.first + g.cp; ++r)
+      owner(g.mb, r) = -1;
     auto& low = lowest_free_[static_cast<std::size_t>(g.mb)];
     low = std::min(low, g.first);
     set_free(g.mb, g.cp);
@@ -290,10 +310,12 @@ private:
     group& g = groups_[static_cast<std::size_t>(id)];
     auto& level = by_level_[level_of(g.cp)];
     level.erase({g.load, id});
-    if (indexed_) by_slack_[level_of(g.cp)].erase({-slack(id), id});
+    if (indexed_)
+      by_slack_[level_of(g.cp)].erase({-slack(id), id});
     g.load = load;
     level.emplace(load, id);
-    if (indexed_) by_slack_[level_of(g.cp)].emplace(-slack(id), id);
+    if (indexed_)
+      by_slack_[level_of(g.cp)].emplace(-slack(id), id);
   }
 
   void insert(std::int32_t id, std::int32_t s) {
@@ -319,7 +341,8 @@ private:
     } else {
       // recompute rather than subtract: loads stay exact sums, whatever the history
       double load = 0;
-      for (const auto t : g.samples) load += cost_[static_cast<std::size_t>(t)];
+      for (const auto t : g.samples)
+        load += cost_[static_cast<std::size_t>(t)];
       set_load(id, load);
     }
   }
@@ -339,14 +362,17 @@ private:
     for (std::size_t m = 0; m < p.microbatches.size(); ++m)
       for (const auto& g : p.microbatches[m].groups) {
         const std::int32_t id = open(static_cast<std::int32_t>(m), g.first_rank, g.cp);
-        for (const std::int32_t s : g.samples) insert(id, s);
+        for (const std::int32_t s : g.samples)
+          insert(id, s);
       }
-    for (std::int32_t m = 0; m < k_; ++m) refresh_max(m);
+    for (std::int32_t m = 0; m < k_; ++m)
+      refresh_max(m);
   }
 
   [[nodiscard]] double step_time() const {
     double total = 0;
-    for (const double m : mb_max_) total += m;
+    for (const double m : mb_max_)
+      total += m;
     return total;
   }
 
@@ -355,15 +381,19 @@ private:
   //! long samples, whose attention dominates, spread for free.
   void raise_to_level(std::int32_t s, double level) {
     const auto us = static_cast<std::size_t>(s);
-    if (cost_[us] <= level) return;
+    if (cost_[us] <= level)
+      return;
     const double area = cost_[us] * cp_[us];
     for (const std::int32_t c : ladder(s)) {
-      if (c <= cp_[us]) continue;
+      if (c <= cp_[us])
+        continue;
       const double w = cost(s, c);
-      if (w * c > 1.02 * area || w >= cost_[us]) break;
+      if (w * c > 1.02 * area || w >= cost_[us])
+        break;
       cp_[us] = c;
       cost_[us] = w;
-      if (w <= level) break;
+      if (w <= level)
+        break;
     }
   }
 
@@ -383,17 +413,20 @@ private:
     std::sort(remaining.begin(), remaining.end(), [&](std::int32_t a, std::int32_t b) {
       const auto ua = static_cast<std::size_t>(a);
       const auto ub = static_cast<std::size_t>(b);
-      if (per_token[ua] != per_token[ub]) return per_token[ua] > per_token[ub];
-      if (pr_.lengths[ua] != pr_.lengths[ub]) return pr_.lengths[ua] > pr_.lengths[ub];
+      if (per_token[ua] != per_token[ub])
+        return per_token[ua] > per_token[ub];
+      if (pr_.lengths[ua] != pr_.lengths[ub])
+        return pr_.lengths[ua] > pr_.lengths[ub];
       return a < b;
     });
     std::vector<microbatch_state> rounds;
-    std::vector<std::set<keyed>> by_level(pr_.cp_sizes.size());  // (load, group in the round)
+    std::vector<std::set<keyed>> by_level(pr_.cp_sizes.size()); // (load, group in the round)
     std::vector<std::int32_t> deferred;
     std::vector<keyed> skipped;
     while (!remaining.empty()) {
       microbatch_state mb(world_);
-      for (auto& level : by_level) level.clear();
+      for (auto& level : by_level)
+        level.clear();
       deferred.clear();
       // the round's level: what a rank full of the next samples' tokens costs
       const std::size_t probe = std::min<std::size_t>(1, remaining.size() - 1);
@@ -403,7 +436,8 @@ private:
       for (std::size_t i = 0; i < remaining.size(); ++i) {
         const std::int32_t s = remaining[i];
         if (misses > 2 * policy_.candidates_per_level && mb.free_ranks() == 0) {
-          deferred.insert(deferred.end(), remaining.begin() + static_cast<std::ptrdiff_t>(i), remaining.end());
+          deferred.insert(deferred.end(), remaining.begin() + static_cast<std::ptrdiff_t>(i),
+                          remaining.end());
           break;
         }
         const auto us = static_cast<std::size_t>(s);
@@ -424,7 +458,8 @@ private:
               chosen = top.second;
               break;
             }
-            if (budget_ - g.tokens >= min_tokens) skipped.push_back(top);  // else full for good
+            if (budget_ - g.tokens >= min_tokens)
+              skipped.push_back(top); // else full for good
           }
           level.insert(skipped.begin(), skipped.end());
         }
@@ -449,7 +484,8 @@ private:
   bool build_targeted(std::int32_t k, const std::vector<std::int32_t>& order) {
     reset(k);
     for (const std::int32_t s : order)
-      if (!place(s)) return false;
+      if (!place(s))
+        return false;
     return true;
   }
 
@@ -468,7 +504,8 @@ private:
     {
       auto& level = by_level_[level_of(c)];
       auto it = level.upper_bound({target_ - w, std::numeric_limits<std::int32_t>::max()});
-      for (std::int32_t tries = 0; it != level.begin() && tries < policy_.candidates_per_level; ++tries) {
+      for (std::int32_t tries = 0; it != level.begin() && tries < policy_.candidates_per_level;
+           ++tries) {
         --it;
         if (groups_[static_cast<std::size_t>(it->second)].tokens + t <= budget_) {
           const std::int32_t id = it->second;
@@ -480,7 +517,8 @@ private:
     }
     // (b) a new group on the round with the most free ranks
     for (const auto& [neg_free, mb] : by_room_) {
-      if (-neg_free < c) break;
+      if (-neg_free < c)
+        break;
       if (const auto first = free_block(mb, c)) {
         const std::int32_t id = open(mb, *first, c);
         insert(id, s);
@@ -499,19 +537,23 @@ private:
       const double inflation = std::max(0.0, w2 * c2 - base_area) / world_;
       std::int32_t found = 0;
       for (const auto& [load, id] : by_level_[level_of(c2)]) {
-        if (load + w2 - target_ + inflation >= best) break;
+        if (load + w2 - target_ + inflation >= best)
+          break;
         const group& h = groups_[static_cast<std::size_t>(id)];
-        if (h.tokens + t2 > budget_) continue;
+        if (h.tokens + t2 > budget_)
+          continue;
         const double level = std::max(target_, mb_max_[static_cast<std::size_t>(h.mb)]);
         const double score = std::max(0.0, load + w2 - level) + inflation;
         if (score < best) {
           best = score;
           best_id = id;
         }
-        if (++found >= policy_.candidates_per_level) break;
+        if (++found >= policy_.candidates_per_level)
+          break;
       }
     }
-    if (best_id < 0) return false;
+    if (best_id < 0)
+      return false;
     insert(best_id, s);
     note_load(best_id);
     return true;
@@ -536,7 +578,8 @@ private:
   }
 
   void build_slack_index() {
-    for (std::int32_t m = 0; m < k_; ++m) refresh_max(m);
+    for (std::int32_t m = 0; m < k_; ++m)
+      refresh_max(m);
     by_slack_.assign(pr_.cp_sizes.size(), {});
     for (std::size_t id = 0; id < groups_.size(); ++id)
       if (groups_[id].alive)
@@ -546,29 +589,32 @@ private:
   }
 
   struct action {
-    double delta = 0;             // change of the step time (negative: better)
+    double delta = 0; // change of the step time (negative: better)
     std::int32_t sample = -1;
-    std::int32_t to_group = -1;   // move into this group, or
-    std::int32_t to_mb = -1;      // open a group in this round at to_first with to_cp
+    std::int32_t to_group = -1; // move into this group, or
+    std::int32_t to_mb = -1;    // open a group in this round at to_first with to_cp
     std::int32_t to_first = 0;
     std::int32_t to_cp = 0;
-    std::int32_t swap_with = -1;  // swap: the sample of to_group that comes back
+    std::int32_t swap_with = -1; // swap: the sample of to_group that comes back
   };
 
   void improve() {
     build_slack_index();
     double total = 0;
-    for (std::int32_t m = 0; m < k_; ++m) total += mb_max_[static_cast<std::size_t>(m)];
+    for (std::int32_t m = 0; m < k_; ++m)
+      total += mb_max_[static_cast<std::size_t>(m)];
     eps_ = 1e-12 * std::max(total, 1e-300);
     for (std::int32_t sweep = 0; sweep < policy_.improvement_sweeps; ++sweep) {
       bool improved = false;
       for (std::int32_t m = 0; m < k_; ++m) {
         for (std::int32_t step = 0; step < 4 * world_; ++step) {
-          if (!improve_round(m)) break;
+          if (!improve_round(m))
+            break;
           improved = true;
         }
       }
-      if (!improved) break;
+      if (!improved)
+        break;
     }
   }
 
@@ -579,13 +625,15 @@ private:
 
   bool improve_round(std::int32_t m) {
     const auto& list = mb_groups_[static_cast<std::size_t>(m)];
-    if (list.empty()) return false;
+    if (list.empty())
+      return false;
     std::int32_t gid = -1;
     double second = 0;
     for (const auto id : list) {
       const double l = groups_[static_cast<std::size_t>(id)].load;
       if (gid < 0 || l > groups_[static_cast<std::size_t>(gid)].load) {
-        if (gid >= 0) second = std::max(second, groups_[static_cast<std::size_t>(gid)].load);
+        if (gid >= 0)
+          second = std::max(second, groups_[static_cast<std::size_t>(gid)].load);
         gid = id;
       } else {
         second = std::max(second, l);
@@ -593,36 +641,44 @@ private:
     }
     const group& g = groups_[static_cast<std::size_t>(gid)];
     const double max_m = g.load;
-    if (max_m - second <= eps_) return false;
+    if (max_m - second <= eps_)
+      return false;
     action best;
     best.delta = -eps_;
     for (const std::int32_t s : g.samples) {
       const double w = cost_[static_cast<std::size_t>(s)];
       const double rest = std::max(second, g.load - w);
-      if (max_m - rest + eps_ <= -best.delta) continue;  // cannot beat the best found
+      if (max_m - rest + eps_ <= -best.delta)
+        continue; // cannot beat the best found
       // moves: into the groups with the most slack, or onto free ranks
       for (const std::int32_t c2 : ladder(s)) {
         const double w2 = c2 == g.cp ? w : cost(s, c2);
         const std::int64_t t2 = tokens(s, c2);
         std::int32_t tries = 0;
         for (const auto& [neg_slack, id] : by_slack_[level_of(c2)]) {
-          if (rest - max_m + std::max(0.0, w2 + neg_slack) >= best.delta) break;
-          if (id == gid) continue;
+          if (rest - max_m + std::max(0.0, w2 + neg_slack) >= best.delta)
+            break;
+          if (id == gid)
+            continue;
           const group& h = groups_[static_cast<std::size_t>(id)];
           if (h.tokens + t2 > budget_) {
-            if (++tries > policy_.candidates_per_level) break;
+            if (++tries > policy_.candidates_per_level)
+              break;
             continue;
           }
           const double delta = h.mb == m ? std::max(rest, h.load + w2) - max_m
                                          : rest - max_m + rise(h.mb, h.load + w2);
-          if (delta < best.delta) best = action{delta, s, id, -1, 0, 0, -1};
-          break;  // later entries have less slack
+          if (delta < best.delta)
+            best = action{delta, s, id, -1, 0, 0, -1};
+          break; // later entries have less slack
         }
         for (const auto& [neg_free, mb] : by_room_) {
-          if (-neg_free < c2) break;
+          if (-neg_free < c2)
+            break;
           const double delta = mb == m ? std::max(rest, w2) - max_m : rest - max_m + rise(mb, w2);
           if (delta < best.delta) {
-            if (const auto first = free_block(mb, c2)) best = action{delta, s, -1, mb, *first, c2, -1};
+            if (const auto first = free_block(mb, c2))
+              best = action{delta, s, -1, mb, *first, c2, -1};
           }
         }
       }
@@ -630,21 +686,27 @@ private:
       const std::int64_t ts = tokens(s, g.cp);
       std::int32_t tries = 0;
       for (const auto& [neg_slack, id] : by_slack_[level_of(g.cp)]) {
-        if (++tries > policy_.candidates_per_level) break;
+        if (++tries > policy_.candidates_per_level)
+          break;
         const group& h = groups_[static_cast<std::size_t>(id)];
-        if (id == gid || h.mb == m) continue;
+        if (id == gid || h.mb == m)
+          continue;
         for (const std::int32_t u : h.samples) {
           const double wu = cost_[static_cast<std::size_t>(u)];
-          if (wu >= w) continue;
+          if (wu >= w)
+            continue;
           const std::int64_t tu = tokens(u, g.cp);
-          if (g.tokens - ts + tu > budget_ || h.tokens - tu + ts > budget_) continue;
+          if (g.tokens - ts + tu > budget_ || h.tokens - tu + ts > budget_)
+            continue;
           const double d = w - wu;
           const double delta = std::max(second, g.load - d) - max_m + rise(h.mb, h.load + d);
-          if (delta < best.delta) best = action{delta, s, id, -1, 0, 0, u};
+          if (delta < best.delta)
+            best = action{delta, s, id, -1, 0, 0, u};
         }
       }
     }
-    if (best.sample < 0) return false;
+    if (best.sample < 0)
+      return false;
     apply(gid, best);
     return true;
   }
@@ -659,7 +721,8 @@ private:
       erase_from(to, a.swap_with);
       erase_from(from, a.sample);
     } else {
-      if (to < 0) to = open(a.to_mb, a.to_first, a.to_cp);
+      if (to < 0)
+        to = open(a.to_mb, a.to_first, a.to_cp);
       erase_from(from, a.sample);
       insert(to, a.sample);
     }
@@ -667,7 +730,8 @@ private:
     for (const std::int32_t mb : {from_mb, to_mb}) {
       const double old_max = mb_max_[static_cast<std::size_t>(mb)];
       refresh_max(mb);
-      if (mb_max_[static_cast<std::size_t>(mb)] != old_max) rekey_round(mb, old_max);
+      if (mb_max_[static_cast<std::size_t>(mb)] != old_max)
+        rekey_round(mb, old_max);
     }
   }
 
@@ -678,7 +742,7 @@ private:
     const std::int32_t now = group_of_[us];
     const double keep_cost = cost_[us];
     const std::int32_t keep_cp = cp_[us];
-    cp_[us] = groups_[static_cast<std::size_t>(id)].cp;  // cost and tokens as in `id`
+    cp_[us] = groups_[static_cast<std::size_t>(id)].cp; // cost and tokens as in `id`
     cost_[us] = cost(s, cp_[us]);
     erase(id, s);
     if (now != id && now >= 0) {
@@ -712,16 +776,16 @@ private:
   std::vector<double> cost_;
   std::vector<group> groups_;
   std::vector<std::set<keyed>> by_level_;
-  std::vector<std::set<keyed>> by_slack_;  // (-slack, group id), built for the improvement
+  std::vector<std::set<keyed>> by_slack_; // (-slack, group id), built for the improvement
   bool indexed_ = false;
-  std::vector<std::int32_t> owner_;         // (mb, rank) -> group id or -1
-  std::vector<std::int32_t> free_;          // per mb
-  std::vector<std::int32_t> lowest_free_;   // per mb: no free rank below this
+  std::vector<std::int32_t> owner_;       // (mb, rank) -> group id or -1
+  std::vector<std::int32_t> free_;        // per mb
+  std::vector<std::int32_t> lowest_free_; // per mb: no free rank below this
   std::vector<std::vector<std::int32_t>> mb_groups_;
   std::vector<double> mb_max_;
-  std::set<std::pair<std::int32_t, std::int32_t>> by_room_;  // (-free ranks, mb)
+  std::set<std::pair<std::int32_t, std::int32_t>> by_room_; // (-free ranks, mb)
   std::vector<std::int32_t> group_of_;
 };
 
-}  // namespace detail
-}  // namespace dcpp
+} // namespace detail
+} // namespace dcpp

@@ -25,7 +25,7 @@ namespace dcpp {
 //! forcing samples off CP 1.
 struct megatron_greedy {
   static constexpr std::string_view name = "megatron_greedy";
-  double cap_slack = 0.05;  //!< Megatron's _DYNAMIC_CP_WORKLOAD_CAP_DELTA
+  double cap_slack = 0.05; //!< Megatron's _DYNAMIC_CP_WORKLOAD_CAP_DELTA
 
   template <workload_estimator Estimator>
   plan pack(const problem& pr, const Estimator& estimator, const bucket_list& buckets) const {
@@ -45,23 +45,26 @@ struct megatron_greedy {
         mb.add(g, remaining.front(), tokens, cost);
       }
       const auto tall = static_cast<std::size_t>(remaining.front());
-      const double cap = mb.max_load() / static_cast<double>(pr.rank_tokens(tall, pr.min_cp_of[tall])) *
+      const double cap = mb.max_load() /
+                         static_cast<double>(pr.rank_tokens(tall, pr.min_cp_of[tall])) *
                          static_cast<double>(o.max_tokens_per_rank) * (1.0 + cap_slack);
       for (std::size_t k = 1; k < remaining.size(); ++k) {
         const std::int32_t sample = remaining[k];
         const auto s = static_cast<std::size_t>(sample);
         const double current_max = mb.max_load();
         double best = 0;
-        std::int32_t best_group = -1;  // an existing group, or
-        std::int32_t best_block = -1;  // the first rank of a new group
+        std::int32_t best_group = -1; // an existing group, or
+        std::int32_t best_block = -1; // the first rank of a new group
         std::int32_t best_cp = 0;
         for (const std::int32_t cp : pr.cp_sizes) {
-          if (cp < pr.min_cp_of[s]) continue;
+          if (cp < pr.min_cp_of[s])
+            continue;
           const double cost = static_cast<double>(estimator.cost(pr.lengths[s], cp));
           const std::int64_t tokens = pr.rank_tokens(s, cp);
           const auto& groups = mb.groups();
           for (std::size_t g = 0; g < groups.size(); ++g) {
-            if (groups[g].cp != cp || groups[g].tokens + tokens > o.max_tokens_per_rank) continue;
+            if (groups[g].cp != cp || groups[g].tokens + tokens > o.max_tokens_per_rank)
+              continue;
             const double projected = std::max(current_max, groups[g].load + cost);
             if (projected <= cap && ((best_group < 0 && best_block < 0) || projected < best)) {
               best = projected;
@@ -97,4 +100,4 @@ struct megatron_greedy {
   }
 };
 
-}  // namespace dcpp
+} // namespace dcpp

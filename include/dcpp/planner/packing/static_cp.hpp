@@ -22,9 +22,11 @@ struct static_cp {
   std::int32_t cp = 0;
 
   [[nodiscard]] std::int32_t resolve(const problem& pr) const {
-    if (cp > 0) return cp;
+    if (cp > 0)
+      return cp;
     std::int32_t c = 1;
-    for (const auto m : pr.min_cp_of) c = std::max(c, m);
+    for (const auto m : pr.min_cp_of)
+      c = std::max(c, m);
     return c;
   }
 
@@ -38,9 +40,9 @@ struct static_cp {
                                          c, to_string(o.group_topology), o.min_cp,
                                          o.effective_max_cp(), o.world_size));
     if (o.world_size % c != 0)
-      return status::failure(status_code::world_not_divisible,
-                             fmt::format("world_size = {} is not a multiple of static cp = {}",
-                                         o.world_size, c));
+      return status::failure(
+          status_code::world_not_divisible,
+          fmt::format("world_size = {} is not a multiple of static cp = {}", o.world_size, c));
     for (std::size_t i = 0; i < pr.size(); ++i)
       if (pr.rank_tokens(i, c) > o.max_tokens_per_rank)
         return status::failure(status_code::sample_too_long,
@@ -81,7 +83,7 @@ struct static_cp {
       std::vector<std::int32_t> samples;
     };
     std::vector<slot> slots;
-    using entry = std::pair<double, std::int32_t>;  // (load, slot), least first
+    using entry = std::pair<double, std::int32_t>; // (load, slot), least first
     std::priority_queue<entry, std::vector<entry>, std::greater<>> heap;
     auto add_microbatches = [&](std::int32_t count) {
       for (std::int32_t i = 0; i < count * groups_per_mb; ++i) {
@@ -100,16 +102,20 @@ struct static_cp {
         while (!heap.empty()) {
           const entry top = heap.top();
           heap.pop();
-          if (slots[static_cast<std::size_t>(top.second)].tokens + tokens <= o.max_tokens_per_rank) {
+          if (slots[static_cast<std::size_t>(top.second)].tokens + tokens <=
+              o.max_tokens_per_rank) {
             chosen = top.second;
             break;
           }
           // a slot with less room than the smallest sample is full for good
-          if (o.max_tokens_per_rank - slots[static_cast<std::size_t>(top.second)].tokens >= min_tokens)
+          if (o.max_tokens_per_rank - slots[static_cast<std::size_t>(top.second)].tokens >=
+              min_tokens)
             skipped.push_back(top);
         }
-        for (const auto& e : skipped) heap.push(e);
-        if (chosen < 0) add_microbatches(o.microbatch_multiple);  // fits nowhere: more rounds
+        for (const auto& e : skipped)
+          heap.push(e);
+        if (chosen < 0)
+          add_microbatches(o.microbatch_multiple); // fits nowhere: more rounds
       }
       auto& sl = slots[static_cast<std::size_t>(chosen)];
       sl.samples.push_back(sample);
@@ -120,7 +126,8 @@ struct static_cp {
     plan p = detail::make_plan_shell(pr, name);
     p.microbatches.resize(slots.size() / static_cast<std::size_t>(groups_per_mb));
     for (std::size_t i = 0; i < slots.size(); ++i) {
-      if (slots[i].samples.empty()) continue;
+      if (slots[i].samples.empty())
+        continue;
       const auto g = static_cast<std::int32_t>(i % static_cast<std::size_t>(groups_per_mb));
       p.microbatches[i / static_cast<std::size_t>(groups_per_mb)].groups.push_back(
           plan_group{g * c, c, std::move(slots[i].samples), 0, 0.0});
@@ -129,4 +136,4 @@ struct static_cp {
   }
 };
 
-}  // namespace dcpp
+} // namespace dcpp

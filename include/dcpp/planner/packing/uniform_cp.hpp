@@ -25,9 +25,11 @@ struct uniform_cp {
     std::vector<std::int32_t> leftovers;
     while (!remaining.empty()) {
       std::int32_t cp = 0;
-      for (const std::int32_t s : remaining) cp = std::max(cp, pr.min_cp_of[static_cast<std::size_t>(s)]);
+      for (const std::int32_t s : remaining)
+        cp = std::max(cp, pr.min_cp_of[static_cast<std::size_t>(s)]);
       detail::microbatch_state mb(o.world_size);
-      while (const auto block = mb.free_block(o, cp)) mb.open(*block, cp);
+      while (const auto block = mb.free_block(o, cp))
+        mb.open(*block, cp);
       leftovers.clear();
       for (const std::int32_t sample : remaining) {
         const auto s = static_cast<std::size_t>(sample);
@@ -52,4 +54,4 @@ struct uniform_cp {
   }
 };
 
-}  // namespace dcpp
+} // namespace dcpp

@@ -1,0 +1,188 @@
+// Reading a batch of sample lengths (text or JSON) and calibration rows (CSV), with errors that
+// name the line or the field.
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <istream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "dcpp/error.hpp"
+#include "dcpp/planner/calibrated_cost.hpp"
+
+namespace dcpp {
+
+//! A batch as read from a file: the lengths and the settings a JSON workload may carry.
+struct batch_input {
+  std::string name;
+  std::vector<std::int64_t> lengths;
+  std::optional<std::int32_t> world_size; //!< JSON `total_gpus` or `world_size`
+  std::optional<std::int64_t>
+      max_tokens_per_rank;            //!< JSON `max_seq_len_per_rank` or `max_tokens_per_rank`
+  std::optional<std::int32_t> min_cp; //!< JSON `min_cp_size`
+  std::optional<std::int32_t> microbatch_multiple; //!< JSON `vpp_microbatch_group_size`
+};
+
+namespace detail {
+inline std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+inline std::optional<std::int64_t> parse_integer(std::string_view s) {
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc() || end != s.data() + s.size())
+    return std::nullopt;
+  return value;
+}
+
+template <class T>
+std::optional<T> optional_integer(const nlohmann::json& j, std::string_view source,
+                                  std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    if (!j.contains(key) || j[key].is_null())
+      continue;
+    if (!j[key].is_number_integer() || j[key].get<std::int64_t>() <= 0)
+      throw error(status_code::parse_error,
+                  fmt::format("{}: field '{}' = {} must be a positive integer", source, key,
+                              j[key].dump()));
+    return j[key].get<T>();
+  }
+  return std::nullopt;
+}
+} // namespace detail
+
+//! Text: one positive integer length per line; `#` starts a comment; blank lines are skipped.
+//! JSON (first non-blank character `{`): an object with a `seqlens` array; `total_gpus`,
+//! `max_seq_len_per_rank`, `min_cp_size`, `vpp_microbatch_group_size` and `name` may sit beside
+//! it. Throws dcpp::error naming the line (text) or the array index (JSON).
+inline batch_input read_batch(std::istream& in, std::string_view source) {
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  batch_input batch;
+  batch.name = std::string(source);
+  const auto start = text.find_first_not_of(" \t\r\n");
+  if (start != std::string::npos && text[start] == '{') {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw error(status_code::parse_error,
+                  fmt::format("{}: not valid JSON ({})", source, e.what()));
+    }
+    if (!j.contains("seqlens") || !j["seqlens"].is_array())
+      throw error(status_code::parse_error,
+                  fmt::format("{}: missing array field 'seqlens'", source));
+    const auto& seqlens = j["seqlens"];
+    for (std::size_t i = 0; i < seqlens.size(); ++i) {
+      if (!seqlens[i].is_number_integer() || seqlens[i].get<std::int64_t>() <= 0)
+        throw error(status_code::invalid_length,
+                    fmt::format("{}: seqlens[{}] = {} must be a positive integer length", source, i,
+                                seqlens[i].dump()),
+                    static_cast<std::int64_t>(i));
+      batch.lengths.push_back(seqlens[i].get<std::int64_t>());
+    }
+    if (j.contains("name") && j["name"].is_string())
+      batch.name = j["name"].get<std::string>();
+    batch.world_size =
+        detail::optional_integer<std::int32_t>(j, source, {"total_gpus", "world_size"});
+    batch.max_tokens_per_rank = detail::optional_integer<std::int64_t>(
+        j, source, {"max_seq_len_per_rank", "max_tokens_per_rank"});
+    batch.min_cp = detail::optional_integer<std::int32_t>(j, source, {"min_cp_size"});
+    batch.microbatch_multiple =
+        detail::optional_integer<std::int32_t>(j, source, {"vpp_microbatch_group_size"});
+  } else {
+    std::size_t line_no = 0;
+    std::size_t pos = 0;
+    while (pos <= text.size()) {
+      const auto end = std::min(text.find('\n', pos), text.size());
+      std::string_view line(text.data() + pos, end - pos);
+      ++line_no;
+      pos = end + 1;
+      if (const auto hash = line.find('#'); hash != std::string_view::npos)
+        line = line.substr(0, hash);
+      line = detail::trim(line);
+      if (line.empty())
+        continue;
+      const auto value = detail::parse_integer(line);
+      if (!value)
+        throw error(status_code::invalid_length,
+                    fmt::format("{}:{}: '{}' is not an integer length", source, line_no, line),
+                    static_cast<std::int64_t>(batch.lengths.size()));
+      if (*value <= 0)
+        throw error(status_code::invalid_length,
+                    fmt::format("{}:{}: length = {} must be positive", source, line_no, *value),
+                    static_cast<std::int64_t>(batch.lengths.size()));
+      batch.lengths.push_back(*value);
+    }
+  }
+  if (batch.lengths.empty())
+    throw error(status_code::empty_batch,
+                fmt::format("{}: no sample lengths in the input", source));
+  return batch;
+}
+
+//! CSV rows `length,cp,seconds`; `#` comments, blank lines and one header line are skipped.
+inline std::vector<calibration_row> read_calibration(std::istream& in, std::string_view source) {
+  std::vector<calibration_row> rows;
+  std::string raw;
+  std::size_t line_no = 0;
+  bool first_content = true;
+  while (std::getline(in, raw)) {
+    ++line_no;
+    std::string_view line = raw;
+    if (const auto hash = line.find('#'); hash != std::string_view::npos)
+      line = line.substr(0, hash);
+    line = detail::trim(line);
+    if (line.empty())
+      continue;
+    std::string_view fields[3];
+    std::size_t count = 0;
+    std::size_t p = 0;
+    while (count < 3) {
+      const auto comma = line.find(',', p);
+      fields[count++] = detail::trim(
+          line.substr(p, comma == std::string_view::npos ? std::string_view::npos : comma - p));
+      if (comma == std::string_view::npos)
+        break;
+      p = comma + 1;
+      if (count == 3)
+        throw error(
+            status_code::parse_error,
+            fmt::format("{}:{}: expected 3 fields length,cp,seconds, got more", source, line_no));
+    }
+    const auto length = count == 3 ? detail::parse_integer(fields[0]) : std::nullopt;
+    const auto cp = count == 3 ? detail::parse_integer(fields[1]) : std::nullopt;
+    double seconds = 0;
+    bool seconds_ok = false;
+    if (count == 3) {
+      const auto [end, ec] =
+          std::from_chars(fields[2].data(), fields[2].data() + fields[2].size(), seconds);
+      seconds_ok = ec == std::errc() && end == fields[2].data() + fields[2].size();
+    }
+    const bool header = first_content;
+    first_content = false;
+    if (!length || !cp || !seconds_ok) {
+      if (header)
+        continue; // the first line may name the columns
+      throw error(status_code::parse_error,
+                  fmt::format("{}:{}: '{}' is not 'length,cp,seconds'", source, line_no, line));
+    }
+    rows.push_back({*length, static_cast<std::int32_t>(*cp), seconds});
+  }
+  if (rows.empty())
+    throw error(status_code::parse_error, fmt::format("{}: no calibration rows", source));
+  return rows;
+}
+
+} // namespace dcpp

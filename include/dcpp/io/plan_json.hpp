@@ -1,0 +1,174 @@
+// The dcpp-plan/1 JSON format (DESIGN.md section 5): write a plan, read one back.
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "dcpp/error.hpp"
+#include "dcpp/planner/options.hpp"
+#include "dcpp/planner/plan.hpp"
+
+namespace dcpp {
+
+inline constexpr std::string_view plan_format_name = "dcpp-plan/1";
+
+namespace detail {
+inline nlohmann::json options_to_json(const plan_options& o) {
+  return {{"world_size", o.world_size},
+          {"max_tokens_per_rank", o.max_tokens_per_rank},
+          {"min_cp", o.min_cp},
+          {"max_cp", o.effective_max_cp()},
+          {"topology", to_string(o.group_topology)},
+          {"padding_unit", o.padding_unit},
+          {"microbatch_multiple", o.microbatch_multiple}};
+}
+} // namespace detail
+
+//! The plan as a JSON value: the DESIGN.md keys, plus per group `tokens` and `time` (per rank),
+//! per micro-batch `time` and `idle_ranks`, the metrics, the policy, the estimator and the
+//! options it was made under.
+inline nlohmann::json to_json(const plan& p, const plan_options& o) {
+  nlohmann::json microbatches = nlohmann::json::array();
+  for (const auto& mb : p.microbatches) {
+    nlohmann::json groups = nlohmann::json::array();
+    for (const auto& g : mb.groups)
+      groups.push_back({{"first_rank", g.first_rank},
+                        {"cp", g.cp},
+                        {"samples", g.samples},
+                        {"tokens", g.tokens},
+                        {"time", g.time}});
+    microbatches.push_back(
+        {{"groups", std::move(groups)}, {"time", mb.time}, {"idle_ranks", mb.idle_ranks}});
+  }
+  const auto& m = p.metrics;
+  return {{"format", plan_format_name},
+          {"world_size", p.world_size},
+          {"max_tokens_per_rank", p.max_tokens_per_rank},
+          {"policy", p.policy},
+          {"estimator", p.estimator},
+          {"options", detail::options_to_json(o)},
+          {"lengths", p.lengths},
+          {"microbatches", std::move(microbatches)},
+          {"metrics",
+           {{"estimated_step_time", m.estimated_step_time},
+            {"lower_bound", m.lower_bound},
+            {"efficiency", m.efficiency},
+            {"plan_seconds", m.plan_seconds},
+            {"microbatches", p.microbatches.size()},
+            {"min_microbatches", m.min_microbatches},
+            {"max_rank_load", m.max_rank_load},
+            {"mean_rank_load", m.mean_rank_load},
+            {"idle_rank_slots", m.idle_rank_slots}}}};
+}
+
+//! Serialises with one line per top-level key and per micro-batch, so that a plan diffs well.
+inline std::string write_plan_json(const plan& p, const plan_options& o) {
+  const nlohmann::json j = to_json(p, o);
+  std::ostringstream out;
+  out << "{\n";
+  bool first_key = true;
+  for (const char* key : {"format", "world_size", "max_tokens_per_rank", "policy", "estimator",
+                          "options", "lengths", "microbatches", "metrics"}) {
+    out << (first_key ? "" : ",\n") << "  \"" << key << "\": ";
+    first_key = false;
+    if (std::string_view(key) == "microbatches") {
+      out << "[";
+      const auto& mbs = j.at(key);
+      for (std::size_t i = 0; i < mbs.size(); ++i)
+        out << (i ? ",\n    " : "\n    ") << mbs[i].dump();
+      out << (mbs.empty() ? "]" : "\n  ]");
+    } else {
+      out << j.at(key).dump();
+    }
+  }
+  out << "\n}\n";
+  return out.str();
+}
+
+namespace detail {
+template <class T>
+T get_field(const nlohmann::json& j, std::string_view where, const char* key) {
+  if (!j.is_object() || !j.contains(key))
+    throw error(status_code::parse_error, fmt::format("{}: missing field '{}'", where, key));
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw error(status_code::parse_error, fmt::format("{}: field '{}' = {} has the wrong type",
+                                                      where, key, j.at(key).dump()));
+  }
+}
+} // namespace detail
+
+//! Reads a dcpp-plan/1 document. Per-group and per-micro-batch times, if present, are kept;
+//! call `evaluate` to recompute them under an estimator and `validate` to check the plan.
+//! Throws dcpp::error naming the field on malformed input.
+inline plan read_plan_json(std::string_view text, std::string_view source = "plan") {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw error(status_code::parse_error, fmt::format("{}: not JSON ({})", source, e.what()));
+  }
+  const auto format = detail::get_field<std::string>(j, source, "format");
+  if (format != plan_format_name)
+    throw error(status_code::parse_error,
+                fmt::format("{}: format = '{}', expected '{}'", source, format, plan_format_name));
+  plan p;
+  p.world_size = detail::get_field<std::int32_t>(j, source, "world_size");
+  p.max_tokens_per_rank = detail::get_field<std::int64_t>(j, source, "max_tokens_per_rank");
+  p.lengths = detail::get_field<std::vector<std::int64_t>>(j, source, "lengths");
+  if (j.contains("policy") && j["policy"].is_string())
+    p.policy = j["policy"].get<std::string>();
+  if (j.contains("estimator") && j["estimator"].is_string())
+    p.estimator = j["estimator"].get<std::string>();
+  const auto mbs = detail::get_field<nlohmann::json>(j, source, "microbatches");
+  if (!mbs.is_array())
+    throw error(status_code::parse_error,
+                fmt::format("{}: 'microbatches' must be an array", source));
+  for (std::size_t m = 0; m < mbs.size(); ++m) {
+    const std::string where = fmt::format("{}: microbatches[{}]", source, m);
+    plan_microbatch mb;
+    const auto groups = detail::get_field<nlohmann::json>(mbs[m], where, "groups");
+    if (!groups.is_array())
+      throw error(status_code::parse_error, fmt::format("{}: 'groups' must be an array", where));
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const std::string gw = fmt::format("{}.groups[{}]", where, g);
+      plan_group grp;
+      grp.first_rank = detail::get_field<std::int32_t>(groups[g], gw, "first_rank");
+      grp.cp = detail::get_field<std::int32_t>(groups[g], gw, "cp");
+      grp.samples = detail::get_field<std::vector<std::int32_t>>(groups[g], gw, "samples");
+      if (groups[g].contains("tokens"))
+        grp.tokens = detail::get_field<std::int64_t>(groups[g], gw, "tokens");
+      if (groups[g].contains("time"))
+        grp.time = detail::get_field<double>(groups[g], gw, "time");
+      mb.groups.push_back(std::move(grp));
+    }
+    if (mbs[m].contains("time"))
+      mb.time = detail::get_field<double>(mbs[m], where, "time");
+    if (mbs[m].contains("idle_ranks"))
+      mb.idle_ranks = detail::get_field<std::int32_t>(mbs[m], where, "idle_ranks");
+    p.microbatches.push_back(std::move(mb));
+  }
+  if (j.contains("metrics") && j["metrics"].is_object()) {
+    const auto& m = j["metrics"];
+    auto number = [&](const char* key, double fallback) {
+      return m.contains(key) && m[key].is_number() ? m[key].get<double>() : fallback;
+    };
+    p.metrics.estimated_step_time = number("estimated_step_time", 0);
+    p.metrics.lower_bound = number("lower_bound", 0);
+    p.metrics.efficiency = number("efficiency", 0);
+    p.metrics.plan_seconds = number("plan_seconds", 0);
+    p.metrics.max_rank_load = number("max_rank_load", 0);
+    p.metrics.mean_rank_load = number("mean_rank_load", 0);
+    p.metrics.idle_rank_slots = static_cast<std::int64_t>(number("idle_rank_slots", 0));
+    p.metrics.min_microbatches = static_cast<std::int32_t>(number("min_microbatches", 0));
+  }
+  return p;
+}
+
+} // namespace dcpp

@@ -1,0 +1,11 @@
+// Must not compile: a bucketing policy that returns the wrong type.
+#include "dcpp/planner/planner.hpp"
+
+struct broken_bucketing {
+  int buckets(const dcpp::problem&, std::span<const double>) const { return 0; }
+};
+
+int main() {
+  dcpp::planner<dcpp::megatron_cost, broken_bucketing> p(dcpp::plan_options{});
+  (void)p;
+}

@@ -1,0 +1,165 @@
+// Tests for examples/dcpp_plan.cpp: the CLI's outputs, determinism and one-line errors that
+// leave nothing written.
+#include "../support.hpp"
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "dcpp/io/plan_json.hpp"
+#include "dcpp/planner/validate.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+struct result {
+  int status = -1;
+  std::string out; // stdout
+  std::string err; // stderr
+};
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  REQUIRE_MESSAGE(v != nullptr, name, " is not set (run through meson test)");
+  return v;
+}
+
+fs::path scratch() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("dcpp_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+result run(const std::string& args, const std::string& stdin_text = "") {
+  const fs::path out = scratch() / "stdout.txt";
+  const fs::path err = scratch() / "stderr.txt";
+  std::string command = env("DCPP_PLAN") + " " + args + " >" + out.string() + " 2>" + err.string();
+  if (!stdin_text.empty()) {
+    const fs::path in = scratch() / "stdin.txt";
+    std::ofstream(in) << stdin_text;
+    command += " <" + in.string();
+  }
+  const int raw = std::system(command.c_str());
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+}
+
+fs::path write(const std::string& name, const std::string& text) {
+  const fs::path p = scratch() / name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+// the JSON with the one timing field zeroed
+std::string without_timing(const std::string& json) {
+  const auto p = dcpp::read_plan_json(json);
+  auto j = nlohmann::json::parse(json);
+  j["metrics"]["plan_seconds"] = 0;
+  (void)p;
+  return j.dump();
+}
+
+void expect_error(const std::string& args, const std::string& needle) {
+  const fs::path json = scratch() / "should_not_exist.json";
+  const fs::path svg = scratch() / "should_not_exist.svg";
+  fs::remove(json);
+  fs::remove(svg);
+  const auto r = run(args + " --json " + json.string() + " --svg " + svg.string());
+  CAPTURE(args);
+  CAPTURE(r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.rfind("dcpp-plan: error: ", 0) == 0);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.find(needle) != std::string::npos);
+  CHECK_FALSE(fs::exists(json));
+  CHECK_FALSE(fs::exists(svg));
+}
+} // namespace
+
+TEST_CASE("dcpp-plan: the demo workload gives a table, a valid plan file and a picture") {
+  const fs::path json = scratch() / "demo.json";
+  const fs::path svg = scratch() / "demo.svg";
+  const auto r =
+      run(env("DCPP_DATA") +
+          "/sft_long_tail.txt --world-size 32 --max-tokens-per-rank 8192 --compare --json " +
+          json.string() + " --svg " + svg.string());
+  CHECK(r.status == 0);
+  CHECK(r.out.find("efficiency") != std::string::npos);
+  for (const char* policy : {"balanced", "megatron_greedy", "uniform_cp", "static_cp"})
+    CHECK(r.out.find(policy) != std::string::npos);
+  const auto p = dcpp::read_plan_json(slurp(json));
+  dcpp::plan_options o;
+  o.world_size = 32;
+  o.max_tokens_per_rank = 8192;
+  CHECK(dcpp::validate(p, o).ok());
+  CHECK(p.metrics.plan_seconds > 0);
+  CHECK(slurp(svg).find("</svg>") != std::string::npos);
+}
+
+TEST_CASE("dcpp-plan: same inputs, same bytes, whatever the flag order") {
+  const fs::path in = write("mix.txt", "# mix\n100\n60000\n3000\n5000\n12000\n800\n800\n31000\n");
+  const fs::path a = scratch() / "a.json";
+  const fs::path b = scratch() / "b.json";
+  REQUIRE(run(in.string() +
+              " --world-size 16 --max-tokens-per-rank 4096 --policy balanced --json " + a.string())
+              .status == 0);
+  REQUIRE(run("--json " + b.string() + " --policy balanced --max-tokens-per-rank 4096 " +
+              in.string() + " --world-size 16")
+              .status == 0);
+  CHECK(without_timing(slurp(a)) == without_timing(slurp(b)));
+}
+
+TEST_CASE("dcpp-plan: JSON workloads, stdin, estimators and topologies") {
+  const fs::path wl =
+      write("w.json", R"({"name": "tiny", "seqlens": [4000, 300, 20000, 9000], "total_gpus": 8,
+                                         "max_seq_len_per_rank": 4096, "min_cp_size": 1})");
+  auto r = run(wl.string() + " --quiet");
+  CHECK(r.status == 0);
+  CHECK(r.out.find("input tiny: 4 samples") != std::string::npos);
+  r = run("- --world-size 2 --max-tokens-per-rank 512", "100\n200\n# end\n");
+  CHECK(r.status == 0);
+  CHECK(r.out.find("2 samples") != std::string::npos);
+  r = run(wl.string() + " --estimator megatron --policy megatron_greedy --quiet");
+  CHECK(r.status == 0);
+  CHECK(r.out.find("megatron_greedy plan") != std::string::npos);
+  const fs::path cal =
+      write("cal.csv", "length,cp,seconds\n1000,1,0.01\n2000,1,0.021\n4000,1,0.045\n"
+                       "8000,2,0.05\n16000,2,0.11\n16000,4,0.06\n32000,4,0.13\n"
+                       "32000,8,0.08\n64000,8,0.2\n");
+  r = run(wl.string() + " --estimator calibrated:" + cal.string() + " --quiet");
+  CHECK(r.status == 0);
+  r = run(wl.string() + " --topology contiguous --world-size 6 --quiet");
+  CHECK(r.status == 0);
+  r = run(wl.string() + " --policy static_cp --static-cp 8 --quiet");
+  CHECK(r.status == 0);
+}
+
+TEST_CASE("dcpp-plan: bad input is one line, names the problem, and writes nothing") {
+  expect_error(write("empty.txt", "# nothing here\n").string(), "no sample lengths");
+  expect_error(write("word.txt", "100\n200\nten\n").string(),
+               "word.txt:3: 'ten' is not an integer length");
+  expect_error(write("zero.txt", "100\n0\n").string(), "zero.txt:2: length = 0 must be positive");
+  const fs::path ok = write("ok.txt", "100\n70000\n");
+  expect_error(ok.string() + " --world-size 8 --max-tokens-per-rank 4096",
+               "sample 1: length = 70000 exceeds the largest plannable length 32768");
+  expect_error(ok.string() + " --world-size 6 --min-cp 4 --max-tokens-per-rank 65536",
+               "world_size = 6 is not a multiple of min_cp = 4");
+  expect_error(ok.string() + " --max-tokens-per-rank 1", "below the padding unit");
+  expect_error(ok.string() + " --world-size 32 --estimator gpt9", "--estimator 'gpt9' is unknown");
+  expect_error((scratch() / "missing.txt").string(), "cannot open input");
+  expect_error(ok.string() + " --world-size 32 --policy static_cp --static-cp 2", "static cp = 2");
+}

@@ -1,0 +1,80 @@
+// Tests for include/dcpp/io/batch_input.hpp.
+#include "../support.hpp"
+
+#include <sstream>
+#include <string>
+
+#include "dcpp/io/batch_input.hpp"
+
+namespace {
+dcpp::batch_input read(const std::string& text) {
+  std::istringstream in(text);
+  return dcpp::read_batch(in, "batch.txt");
+}
+std::string error_of(const std::string& text) {
+  try {
+    (void)read(text);
+  } catch (const dcpp::error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+} // namespace
+
+TEST_CASE("batch_input: text with comments and blank lines") {
+  const auto b = read("# lengths\n100\n\n  2048  # a long one\r\n7\n");
+  CHECK(b.lengths == std::vector<std::int64_t>{100, 2048, 7});
+  CHECK_FALSE(b.world_size.has_value());
+}
+
+TEST_CASE("batch_input: text errors name the line") {
+  CHECK(error_of("10\n20\nabc\n") == "batch.txt:3: 'abc' is not an integer length");
+  CHECK(error_of("10\n\n0\n") == "batch.txt:3: length = 0 must be positive");
+  CHECK(error_of("10\n-5\n") == "batch.txt:2: length = -5 must be positive");
+  CHECK(error_of("12.5\n") == "batch.txt:1: '12.5' is not an integer length");
+  CHECK(error_of("99999999999999999999\n").find("not an integer") != std::string::npos);
+  CHECK(error_of("# nothing\n\n") == "batch.txt: no sample lengths in the input");
+  CHECK(error_of("") == "batch.txt: no sample lengths in the input");
+}
+
+TEST_CASE("batch_input: JSON workloads with their settings") {
+  const auto b = read(R"({"name": "w", "seqlens": [5, 6], "total_gpus": 24,
+                          "max_seq_len_per_rank": 4096, "min_cp_size": 1,
+                          "vpp_microbatch_group_size": null})");
+  CHECK(b.name == "w");
+  CHECK(b.lengths == std::vector<std::int64_t>{5, 6});
+  CHECK(*b.world_size == 24);
+  CHECK(*b.max_tokens_per_rank == 4096);
+  CHECK(*b.min_cp == 1);
+  CHECK_FALSE(b.microbatch_multiple.has_value());
+}
+
+TEST_CASE("batch_input: JSON errors name the field and index") {
+  CHECK(error_of(R"({"lengths": [1]})") == "batch.txt: missing array field 'seqlens'");
+  CHECK(error_of(R"({"seqlens": [1, 2, "x"]})") ==
+        "batch.txt: seqlens[2] = \"x\" must be a positive integer length");
+  CHECK(error_of(R"({"seqlens": [1, 0]})") ==
+        "batch.txt: seqlens[1] = 0 must be a positive integer length");
+  CHECK(error_of(R"({"seqlens": []})") == "batch.txt: no sample lengths in the input");
+  CHECK(error_of(R"({"seqlens": [1], "total_gpus": -2})") ==
+        "batch.txt: field 'total_gpus' = -2 must be a positive integer");
+  CHECK(error_of("{ nope").find("not valid JSON") != std::string::npos);
+}
+
+TEST_CASE("batch_input: calibration CSV") {
+  std::istringstream ok("length,cp,seconds\n# measured\n1024,1,0.01\n2048, 2, 0.011\n");
+  const auto rows = dcpp::read_calibration(ok, "cal.csv");
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[1].length == 2048);
+  CHECK(rows[1].cp == 2);
+  CHECK(rows[1].seconds == 0.011);
+  std::istringstream bad("1024,1,0.01\n2048,x,0.2\n");
+  CHECK_THROWS_WITH_AS(dcpp::read_calibration(bad, "cal.csv"),
+                       "cal.csv:2: '2048,x,0.2' is not 'length,cp,seconds'", dcpp::error);
+  std::istringstream extra("1,1,1,1\n");
+  CHECK_THROWS_WITH_AS(dcpp::read_calibration(extra, "cal.csv"), doctest::Contains("got more"),
+                       dcpp::error);
+  std::istringstream empty("# none\n");
+  CHECK_THROWS_WITH_AS(dcpp::read_calibration(empty, "cal.csv"), "cal.csv: no calibration rows",
+                       dcpp::error);
+}

@@ -1,0 +1,68 @@
+// Tests for include/dcpp/io/plan_json.hpp: round trip and errors that name the field.
+#include "../support.hpp"
+
+#include <string>
+
+#include "dcpp/io/plan_json.hpp"
+#include "dcpp/planner/planner.hpp"
+#include "dcpp/workload/generators.hpp"
+
+namespace {
+dcpp::plan_options opts() {
+  dcpp::plan_options o;
+  o.world_size = 24;
+  o.max_tokens_per_rank = 4096;
+  o.microbatch_multiple = 2;
+  return o;
+}
+} // namespace
+
+TEST_CASE("plan_json: write then read gives the same plan, for seeded workloads") {
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    const auto lengths = dcpp::workload::long_tail(40 + seed * 13, seed, 0.05, 65536);
+    const dcpp::planner<> planner(opts());
+    const auto p = planner.make_plan(lengths);
+    const std::string text = dcpp::write_plan_json(p, opts());
+    const auto back = dcpp::read_plan_json(text);
+    CHECK(back.world_size == p.world_size);
+    CHECK(back.max_tokens_per_rank == p.max_tokens_per_rank);
+    CHECK(back.lengths == p.lengths);
+    CHECK(back.microbatches == p.microbatches); // times survive the shortest round-trip format
+    CHECK(back.metrics.estimated_step_time == p.metrics.estimated_step_time);
+    CHECK(back.policy == "balanced");
+    CHECK(dcpp::plan_hash(back) == dcpp::plan_hash(p));
+    CHECK(dcpp::validate(back, opts()).ok());
+    CHECK(dcpp::write_plan_json(back, opts()) == text);
+  }
+}
+
+TEST_CASE("plan_json: the DESIGN.md example reads") {
+  const char* text = R"({
+    "format": "dcpp-plan/1", "world_size": 32, "max_tokens_per_rank": 4096,
+    "lengths": [1830, 65536, 412],
+    "microbatches": [{"groups": [{"first_rank": 0, "cp": 16, "samples": [1]},
+                                 {"first_rank": 16, "cp": 1, "samples": [0, 2]}]}],
+    "metrics": {"estimated_step_time": 0.0, "lower_bound": 0.0, "efficiency": 0.0}})";
+  const auto p = dcpp::read_plan_json(text);
+  CHECK(p.microbatches.size() == 1);
+  CHECK(p.microbatches[0].groups[1].samples == std::vector<std::int32_t>{0, 2});
+  dcpp::plan_options o;
+  o.world_size = 32;
+  o.max_tokens_per_rank = 4096;
+  CHECK(dcpp::validate(p, o).ok());
+}
+
+TEST_CASE("plan_json: malformed documents name what is wrong") {
+  CHECK_THROWS_WITH_AS(dcpp::read_plan_json("{", "x.json"), doctest::Contains("x.json: not JSON"),
+                       dcpp::error);
+  CHECK_THROWS_WITH_AS(dcpp::read_plan_json(R"({"format": "other/2"})"),
+                       doctest::Contains("format = 'other/2', expected 'dcpp-plan/1'"),
+                       dcpp::error);
+  CHECK_THROWS_WITH_AS(dcpp::read_plan_json(R"({"format": "dcpp-plan/1", "world_size": 4})"),
+                       doctest::Contains("missing field 'max_tokens_per_rank'"), dcpp::error);
+  CHECK_THROWS_WITH_AS(
+      dcpp::read_plan_json(R"({"format": "dcpp-plan/1", "world_size": 4, "max_tokens_per_rank": 9,
+                               "lengths": [3], "microbatches": [{"groups": [{"first_rank": 0, "cp": "two", "samples": [0]}]}]})"),
+      doctest::Contains("microbatches[0].groups[0]: field 'cp' = \"two\" has the wrong type"),
+      dcpp::error);
+}

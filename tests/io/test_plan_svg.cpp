@@ -1,0 +1,57 @@
+// Tests for include/dcpp/io/plan_svg.hpp and plan_table.hpp.
+#include "../support.hpp"
+
+#include <string>
+
+#include "dcpp/io/plan_svg.hpp"
+#include "dcpp/io/plan_table.hpp"
+#include "dcpp/planner/planner.hpp"
+#include "dcpp/workload/generators.hpp"
+
+namespace {
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1))
+    ++n;
+  return n;
+}
+dcpp::plan sample_plan() {
+  dcpp::plan_options o;
+  o.world_size = 16;
+  o.max_tokens_per_rank = 4096;
+  return dcpp::planner<>(o).make_plan(dcpp::workload::bimodal(150, 5));
+}
+} // namespace
+
+TEST_CASE("plan_svg: one box per group, one column per micro-batch, idle hatching, closed tags") {
+  const auto p = sample_plan();
+  const std::string svg = dcpp::write_plan_svg(p, "t");
+  std::size_t groups = 0;
+  for (const auto& mb : p.microbatches)
+    groups += mb.groups.size();
+  CHECK(count(svg, "<title>micro-batch") == groups);
+  CHECK(count(svg, "fill=\"url(#idle)\"/>") == p.microbatches.size());
+  CHECK(svg.rfind("<svg", 0) == 0);
+  CHECK(svg.find("</svg>") != std::string::npos);
+  // every rect is closed: self-closing, or followed by its </rect> before the next rect
+  for (auto pos = svg.find("<rect"); pos != std::string::npos;) {
+    const auto end = svg.find('>', pos);
+    REQUIRE(end != std::string::npos);
+    const auto next = svg.find("<rect", end);
+    if (svg[end - 1] != '/') {
+      const auto close = svg.find("</rect>", end);
+      REQUIRE(close != std::string::npos);
+      CHECK((next == std::string::npos || close < next));
+    }
+    pos = next;
+  }
+  CHECK(svg.find("efficiency") != std::string::npos);
+}
+
+TEST_CASE("plan_table: one row per micro-batch and the metrics") {
+  const auto p = sample_plan();
+  const std::string table = fmt::format("{}", p);
+  CHECK(count(table, "\n") == 3 + p.microbatches.size());
+  CHECK(table.find("efficiency") != std::string::npos);
+  CHECK(table.find(fmt::format("{} micro-batches", p.microbatches.size())) != std::string::npos);
+}

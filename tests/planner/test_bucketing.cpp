@@ -1,0 +1,86 @@
+// Tests for include/dcpp/planner/bucketing.hpp.
+#include "../support.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "dcpp/planner/bucketing.hpp"
+#include "dcpp/workload/generators.hpp"
+
+namespace {
+struct bad_bucketing {
+  int buckets(const dcpp::problem&) const { return 0; }
+};
+
+bool is_partition(const dcpp::bucket_list& b, std::size_t n) {
+  std::vector<int> seen(n, 0);
+  for (const auto& bucket : b)
+    for (const auto s : bucket) {
+      if (s < 0 || static_cast<std::size_t>(s) >= n)
+        return false;
+      ++seen[static_cast<std::size_t>(s)];
+    }
+  return std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; });
+}
+
+dcpp::problem sample_problem(std::uint64_t seed, std::size_t n) {
+  dcpp::plan_options o;
+  o.world_size = 32;
+  o.max_tokens_per_rank = 4096;
+  return dcpp::make_problem(o, dcpp::workload::bimodal(n, seed));
+}
+} // namespace
+
+TEST_CASE("bucketing: concept") {
+  static_assert(dcpp::bucketing_policy<dcpp::by_cp_size>);
+  static_assert(dcpp::bucketing_policy<dcpp::single_bucket>);
+  static_assert(dcpp::bucketing_policy<dcpp::by_work_quantile>);
+  static_assert(!dcpp::bucketing_policy<bad_bucketing>);
+}
+
+TEST_CASE("bucketing: every policy partitions the samples, on seeded batches of awkward sizes") {
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    const std::size_t n = 1 + seed * 37 % 301;
+    const auto p = sample_problem(seed, n);
+    std::vector<double> work(n);
+    for (std::size_t i = 0; i < n; ++i)
+      work[i] = static_cast<double>(p.lengths[i] * p.lengths[i]);
+    CHECK(is_partition(dcpp::by_cp_size{}.buckets(p, work), n));
+    CHECK(is_partition(dcpp::single_bucket{}.buckets(p, work), n));
+    CHECK(is_partition(dcpp::by_work_quantile{7}.buckets(p, work), n));
+    CHECK(is_partition(dcpp::by_work_quantile{0}.buckets(p, work), n));
+  }
+}
+
+TEST_CASE("bucketing: by_cp_size puts larger CP sizes first, longest first inside") {
+  const auto p = sample_problem(3, 500);
+  const std::vector<double> work(500, 1.0);
+  const auto b = dcpp::by_cp_size{}.buckets(p, work);
+  REQUIRE(b.size() >= 2);
+  std::int32_t previous_cp = 1 << 30;
+  for (const auto& bucket : b) {
+    const std::int32_t cp = p.min_cp_of[static_cast<std::size_t>(bucket.front())];
+    CHECK(cp < previous_cp);
+    previous_cp = cp;
+    for (std::size_t i = 0; i < bucket.size(); ++i) {
+      CHECK(p.min_cp_of[static_cast<std::size_t>(bucket[i])] == cp);
+      if (i > 0)
+        CHECK(p.lengths[static_cast<std::size_t>(bucket[i - 1])] >=
+              p.lengths[static_cast<std::size_t>(bucket[i])]);
+    }
+  }
+}
+
+TEST_CASE("bucketing: work quantiles are ordered and of near-equal size") {
+  const auto p = sample_problem(9, 103);
+  std::vector<double> work(103);
+  for (std::size_t i = 0; i < 103; ++i)
+    work[i] = static_cast<double>((i * 7919) % 103);
+  const auto b = dcpp::by_work_quantile{4}.buckets(p, work);
+  REQUIRE(b.size() == 4);
+  for (const auto& bucket : b)
+    CHECK((bucket.size() == 25 || bucket.size() == 26));
+  for (std::size_t k = 1; k < b.size(); ++k)
+    CHECK(work[static_cast<std::size_t>(b[k - 1].back())] >=
+          work[static_cast<std::size_t>(b[k].front())]);
+}

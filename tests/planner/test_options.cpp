@@ -1,0 +1,136 @@
+// Tests for include/dcpp/planner/options.hpp.
+#include "../support.hpp"
+
+#include <string>
+#include <vector>
+
+#include "dcpp/planner/options.hpp"
+
+namespace {
+dcpp::plan_options opts(std::int32_t n, std::int64_t m) {
+  dcpp::plan_options o;
+  o.world_size = n;
+  o.max_tokens_per_rank = m;
+  return o;
+}
+bool mentions(const dcpp::status& s, std::initializer_list<const char*> words) {
+  for (const char* w : words)
+    if (s.message.find(w) == std::string::npos)
+      return false;
+  return true;
+}
+} // namespace
+
+TEST_CASE("options: aligned groups are powers of two on aligned offsets inside the world") {
+  const auto o = opts(24, 4096);
+  CHECK(dcpp::is_legal_group(o, 0, 16));
+  CHECK_FALSE(dcpp::is_legal_group(o, 16, 16)); // would reach rank 31
+  CHECK(dcpp::is_legal_group(o, 16, 8));
+  CHECK_FALSE(dcpp::is_legal_group(o, 4, 8));  // misaligned
+  CHECK_FALSE(dcpp::is_legal_group(o, 0, 12)); // not a power of two
+  CHECK(dcpp::legal_cp_sizes(o) == std::vector<std::int32_t>{1, 2, 4, 8, 16});
+}
+
+TEST_CASE("options: contiguous groups take any size within the limits") {
+  auto o = opts(6, 4096);
+  o.group_topology = dcpp::topology::contiguous;
+  o.min_cp = 1;
+  o.max_cp = 4;
+  CHECK(dcpp::is_legal_group(o, 1, 3));
+  CHECK_FALSE(dcpp::is_legal_group(o, 3, 4));
+  CHECK_FALSE(dcpp::is_legal_group(o, 0, 5)); // over max_cp
+  CHECK(dcpp::legal_cp_sizes(o) == std::vector<std::int32_t>{1, 2, 3, 4});
+}
+
+TEST_CASE("options: each bad option is named with its value and limit") {
+  using enum dcpp::status_code;
+  auto o = opts(0, 4096);
+  auto s = dcpp::check_options(o);
+  CHECK(s.code == invalid_option);
+  CHECK(mentions(s, {"world_size", "0"}));
+
+  o = opts(8, 1);
+  s = dcpp::check_options(o);
+  CHECK(s.code == budget_below_padding);
+  CHECK(mentions(s, {"max_tokens_per_rank", "1", "padding"}));
+
+  o = opts(8, 4096);
+  o.padding_unit = 4096;
+  s = dcpp::check_options(o);
+  CHECK(s.code == budget_below_padding);
+  CHECK(mentions(s, {"8192"}));
+
+  o = opts(24, 4096);
+  o.min_cp = 16;
+  s = dcpp::check_options(o);
+  CHECK(s.code == world_not_divisible);
+  CHECK(mentions(s, {"world_size = 24", "min_cp = 16"}));
+
+  o = opts(8, 4096);
+  o.min_cp = 3;
+  s = dcpp::check_options(o);
+  CHECK(s.code == invalid_option);
+  CHECK(mentions(s, {"min_cp = 3", "power of two"}));
+
+  o = opts(8, 4096);
+  o.min_cp = 4;
+  o.max_cp = 2;
+  CHECK(dcpp::check_options(o).code == invalid_option);
+
+  o = opts(8, 4096);
+  o.microbatch_multiple = 0;
+  CHECK(mentions(dcpp::check_options(o), {"microbatch_multiple = 0"}));
+  CHECK(dcpp::check_options(opts(24, 4096)).ok());
+}
+
+TEST_CASE("options: check_problem names the sample, its length and the limit") {
+  using enum dcpp::status_code;
+  const auto o = opts(8, 1000);
+  CHECK(dcpp::check_problem(o, {}).code == empty_batch);
+  const std::vector<std::int64_t> bad{10, 20, 0, 5};
+  auto s = dcpp::check_problem(o, bad);
+  CHECK(s.code == invalid_length);
+  CHECK(s.sample == 2);
+  CHECK(mentions(s, {"sample 2", "length = 0"}));
+  const std::vector<std::int64_t> neg{-3};
+  CHECK(dcpp::check_problem(o, neg).code == invalid_length);
+  // the largest plannable length: 8 ranks x 1000 tokens, padded to a multiple of 16
+  CHECK(dcpp::max_plannable_length(o) == 8000);
+  const std::vector<std::int64_t> fits{8000};
+  CHECK(dcpp::check_problem(o, fits).ok());
+  const std::vector<std::int64_t> too_long{1, 8001};
+  s = dcpp::check_problem(o, too_long);
+  CHECK(s.code == sample_too_long);
+  CHECK(s.sample == 1);
+  CHECK(mentions(s, {"sample 1", "8001", "8000", "max_cp = 8", "max_tokens_per_rank = 1000"}));
+}
+
+TEST_CASE("options: min_cp_of is the smallest legal size that fits, against brute force") {
+  for (const auto topo : {dcpp::topology::aligned, dcpp::topology::contiguous}) {
+    auto o = opts(24, 1000);
+    o.group_topology = topo;
+    o.padding_unit = 3;
+    std::vector<std::int64_t> lengths;
+    for (std::int64_t l = 1; l <= dcpp::max_plannable_length(o); l += 37)
+      lengths.push_back(l);
+    const auto pr = dcpp::make_problem(o, lengths);
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      std::int32_t expect = 0;
+      for (std::int32_t cp = 1; cp <= 24 && expect == 0; ++cp) {
+        if (topo == dcpp::topology::aligned && !dcpp::is_power_of_two(cp))
+          continue;
+        const std::int64_t padded = (lengths[i] + 6 * cp - 1) / (6 * cp) * (6 * cp);
+        if (padded / cp <= 1000)
+          expect = cp;
+      }
+      CHECK(pr.min_cp_of[i] == expect);
+    }
+  }
+}
+
+TEST_CASE("options: tokens_per_rank checks its contract") {
+  const auto o = opts(8, 4096);
+  CHECK(dcpp::tokens_per_rank(o, 100, 2) == 50);
+  CHECK(dcpp::tokens_per_rank(o, 101, 2) == 52);
+  CHECK_THROWS_AS((void)dcpp::tokens_per_rank(o, 100, 0), dcpp_test::contract_violation);
+}

@@ -1,0 +1,251 @@
+// Tests for include/dcpp/planner/packing*.hpp: invariants of every policy on thousands of seeded
+// workloads, and each policy's defining behaviour on hand-built cases.
+#include "../support.hpp"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dcpp/planner/packing/balanced.hpp"
+#include "dcpp/planner/packing/megatron_greedy.hpp"
+#include "dcpp/planner/packing/static_cp.hpp"
+#include "dcpp/planner/packing/uniform_cp.hpp"
+#include "dcpp/planner/planner.hpp"
+#include "dcpp/workload/generators.hpp"
+
+namespace {
+namespace w = dcpp::workload;
+
+dcpp::plan_options random_options(w::rng& r) {
+  static constexpr std::int32_t worlds[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48};
+  dcpp::plan_options o;
+  o.world_size = worlds[r.uniform_int(0, 10)];
+  o.max_tokens_per_rank = r.uniform_int(2, 5000);
+  o.padding_unit = r.uniform_int(0, 3) == 0 ? r.uniform_int(1, 8) : 1;
+  o.max_tokens_per_rank = std::max(o.max_tokens_per_rank, 2 * o.padding_unit);
+  o.group_topology =
+      r.uniform_int(0, 3) == 0 ? dcpp::topology::contiguous : dcpp::topology::aligned;
+  o.microbatch_multiple =
+      r.uniform_int(0, 4) == 0 ? static_cast<std::int32_t>(r.uniform_int(2, 4)) : 1;
+  if (r.uniform_int(0, 5) == 0)
+    o.max_cp = static_cast<std::int32_t>(r.uniform_int(1, o.world_size));
+  return o;
+}
+
+std::vector<std::int64_t> random_lengths(w::rng& r, const dcpp::plan_options& o) {
+  const std::int64_t cap = dcpp::max_plannable_length(o);
+  const std::size_t n = static_cast<std::size_t>(r.uniform_int(1, 120));
+  std::vector<std::int64_t> lengths(n);
+  for (auto& l : lengths) {
+    const auto kind = r.uniform_int(0, 9);
+    l = kind == 0  ? cap
+        : kind < 3 ? r.uniform_int(1, cap)
+                   : r.uniform_int(1, std::max<std::int64_t>(1, cap / 16));
+  }
+  return lengths;
+}
+
+template <class Packing, class Estimator>
+dcpp::plan run(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths,
+               const Estimator& e, Packing packing = {}) {
+  return dcpp::planner<Estimator, dcpp::by_cp_size, Packing>(o, e, {}, packing).make_plan(lengths);
+}
+
+// checks what validate checks, independently, plus the bound
+void check_invariants(const dcpp::plan& p, const dcpp::plan_options& o) {
+  std::vector<int> seen(p.lengths.size(), 0);
+  for (const auto& mb : p.microbatches) {
+    std::vector<int> covered(static_cast<std::size_t>(o.world_size), 0);
+    for (const auto& g : mb.groups) {
+      REQUIRE(g.cp >= 1);
+      REQUIRE(g.first_rank >= 0);
+      REQUIRE(g.first_rank + g.cp <= o.world_size);
+      if (o.group_topology == dcpp::topology::aligned) {
+        CHECK(dcpp::is_power_of_two(g.cp));
+        CHECK(g.first_rank % g.cp == 0);
+      }
+      CHECK(g.cp <= o.effective_max_cp());
+      for (std::int32_t r = g.first_rank; r < g.first_rank + g.cp; ++r)
+        ++covered[static_cast<std::size_t>(r)];
+      std::int64_t tokens = 0;
+      for (const auto s : g.samples) {
+        ++seen[static_cast<std::size_t>(s)];
+        const std::int64_t unit = 2 * g.cp * o.padding_unit;
+        tokens += (p.lengths[static_cast<std::size_t>(s)] + unit - 1) / unit * unit / g.cp;
+      }
+      CHECK(tokens <= o.max_tokens_per_rank);
+    }
+    for (const int c : covered)
+      CHECK(c <= 1);
+  }
+  for (const int c : seen)
+    CHECK(c == 1);
+  CHECK(p.microbatches.size() % static_cast<std::size_t>(o.microbatch_multiple) == 0);
+  CHECK(p.metrics.estimated_step_time >= p.metrics.lower_bound * (1 - 1e-9));
+  CHECK(p.metrics.efficiency <= 1.0 + 1e-9);
+}
+} // namespace
+
+namespace {
+struct no_name {
+  template <class E>
+  dcpp::plan pack(const dcpp::problem&, const E&, const dcpp::bucket_list&) const {
+    return {};
+  }
+};
+} // namespace
+
+TEST_CASE("packing: the concept checks the pack signature and the name") {
+  static_assert(dcpp::packing_policy<dcpp::balanced, dcpp::megatron_cost>);
+  static_assert(dcpp::packing_policy<dcpp::megatron_greedy, dcpp::transformer_cost>);
+  static_assert(dcpp::packing_policy<dcpp::uniform_cp, dcpp::megatron_cost>);
+  static_assert(dcpp::packing_policy<dcpp::static_cp, dcpp::megatron_cost>);
+  static_assert(!dcpp::packing_policy<no_name, dcpp::megatron_cost>);
+  static_assert(!dcpp::packing_policy<dcpp::balanced, int>);
+}
+
+TEST_CASE("packing: invariants of every policy on 2000 seeded random workloads") {
+  w::rng r(20261121);
+  int planned = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const auto o = random_options(r);
+    const auto lengths = random_lengths(r, o);
+    CAPTURE(trial);
+    CAPTURE(o.world_size);
+    CAPTURE(o.max_tokens_per_rank);
+    const bool megatron_model = trial % 2 == 0;
+    auto all = [&](const auto& e) {
+      const auto b = run<dcpp::balanced>(o, lengths, e);
+      check_invariants(b, o);
+      const auto m = run<dcpp::megatron_greedy>(o, lengths, e);
+      check_invariants(m, o);
+      check_invariants(run<dcpp::uniform_cp>(o, lengths, e), o);
+      if (dcpp::planner<std::decay_t<decltype(e)>, dcpp::by_cp_size, dcpp::static_cp>(o, e)
+              .can_plan(lengths))
+        check_invariants(run<dcpp::static_cp>(o, lengths, e), o);
+      // balanced never loses to megatron_greedy, and never uses more micro-batches than it
+      // (or than the token minimum)
+      CHECK(b.metrics.estimated_step_time <= m.metrics.estimated_step_time * (1 + 1e-12));
+      CHECK(b.microbatches.size() <=
+            std::max<std::size_t>(m.microbatches.size(),
+                                  static_cast<std::size_t>(b.metrics.min_microbatches)));
+      // determinism: the same bytes on a second run
+      const auto again = run<dcpp::balanced>(o, lengths, e);
+      CHECK(dcpp::plan_hash(again) == dcpp::plan_hash(b));
+      CHECK(again.microbatches == b.microbatches);
+    };
+    if (megatron_model)
+      all(dcpp::megatron_cost{});
+    else
+      all(dcpp::transformer_cost{});
+    ++planned;
+  }
+  CHECK(planned == 2000);
+}
+
+TEST_CASE("megatron_greedy: the longest sample opens the first group and sets the cap") {
+  // 8 ranks, M = 1000, L^2 cost: sample 0 (3000) needs cp 4; the cap is 3000*1000*1.05
+  dcpp::plan_options o;
+  o.world_size = 8;
+  o.max_tokens_per_rank = 1000;
+  const std::vector<std::int64_t> lengths{3000, 900, 900, 900, 900, 100, 100};
+  const auto p = run<dcpp::megatron_greedy>(o, lengths, dcpp::megatron_cost{});
+  REQUIRE(!p.microbatches.empty());
+  const auto& first = p.microbatches[0];
+  const auto with0 = std::find_if(first.groups.begin(), first.groups.end(), [](const auto& g) {
+    return std::find(g.samples.begin(), g.samples.end(), 0) != g.samples.end();
+  });
+  REQUIRE(with0 != first.groups.end());
+  CHECK(with0->first_rank == 0);
+  CHECK(with0->cp == 4); // no other cp-4 sample, and groups only grow into idle ranks
+  // every rank busy in every micro-batch: idle ranks are filled by growing groups
+  for (const auto& mb : p.microbatches)
+    CHECK(mb.idle_ranks == 0);
+}
+
+TEST_CASE(
+    "megatron_greedy: 24 ranks never form a group beyond the world, long samples still plan") {
+  dcpp::plan_options o;
+  o.world_size = 24;
+  o.max_tokens_per_rank = 4096;
+  const std::vector<std::int64_t> lengths{65520, 40000, 3000, 2000, 1000, 500, 30000, 4096};
+  for (const auto& p : {run<dcpp::megatron_greedy>(o, lengths, dcpp::megatron_cost{}),
+                        run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{}),
+                        run<dcpp::uniform_cp>(o, lengths, dcpp::megatron_cost{})}) {
+    check_invariants(p, o);
+    for (const auto& mb : p.microbatches)
+      for (const auto& g : mb.groups)
+        if (g.cp == 16)
+          CHECK(g.first_rank == 0);
+  }
+}
+
+TEST_CASE("uniform_cp: one CP size per micro-batch, from its longest sample") {
+  dcpp::plan_options o;
+  o.world_size = 16;
+  o.max_tokens_per_rank = 2048;
+  const auto lengths = w::long_tail(300, 4, 0.05, dcpp::max_plannable_length(o));
+  const auto p = run<dcpp::uniform_cp>(o, lengths, dcpp::megatron_cost{});
+  const auto pr = dcpp::make_problem(o, lengths);
+  for (const auto& mb : p.microbatches) {
+    std::set<std::int32_t> sizes;
+    std::int32_t longest_cp = 0;
+    for (const auto& g : mb.groups) {
+      sizes.insert(g.cp);
+      for (const auto s : g.samples)
+        longest_cp = std::max(longest_cp, pr.min_cp_of[static_cast<std::size_t>(s)]);
+    }
+    CHECK(sizes.size() == 1);
+    CHECK(*sizes.begin() == longest_cp);
+  }
+}
+
+TEST_CASE("static_cp: every group has the fixed size; the check names a sample that cannot fit") {
+  dcpp::plan_options o;
+  o.world_size = 16;
+  o.max_tokens_per_rank = 1024;
+  const auto lengths = w::sft_lognormal(200, 8, 800, 1.2, 64, 4096);
+  const auto p = run<dcpp::static_cp>(o, lengths, dcpp::megatron_cost{}, dcpp::static_cp{4});
+  for (const auto& mb : p.microbatches)
+    for (const auto& g : mb.groups)
+      CHECK(g.cp == 4);
+  const auto auto_cp = run<dcpp::static_cp>(o, lengths, dcpp::megatron_cost{});
+  CHECK(auto_cp.microbatches.front().groups.front().cp == 4); // 4096 tokens need 4 ranks
+  const dcpp::planner<dcpp::megatron_cost, dcpp::by_cp_size, dcpp::static_cp> too_small(
+      o, {}, {}, dcpp::static_cp{2});
+  const auto s = too_small.can_plan(lengths);
+  CHECK(s.code == dcpp::status_code::sample_too_long);
+  CHECK(s.message.find("static cp = 2") != std::string::npos);
+  CHECK_THROWS_AS(too_small.make_plan(lengths), dcpp::error);
+  o.world_size = 24;
+  const dcpp::planner<dcpp::megatron_cost, dcpp::by_cp_size, dcpp::static_cp> uneven(
+      o, {}, {}, dcpp::static_cp{16});
+  CHECK(uneven.can_plan(lengths).code == dcpp::status_code::world_not_divisible);
+}
+
+TEST_CASE("balanced: spreads a short-only batch evenly and meets the micro-batch multiple") {
+  dcpp::plan_options o;
+  o.world_size = 8;
+  o.max_tokens_per_rank = 4096;
+  o.microbatch_multiple = 3;
+  const auto lengths = w::short_only(333, 12, 1000);
+  const auto p = run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{});
+  check_invariants(p, o);
+  CHECK(p.microbatches.size() % 3 == 0);
+  CHECK(p.metrics.efficiency > 0.95);
+}
+
+TEST_CASE("balanced: options assigned in any order give the same bytes") {
+  const auto lengths = w::bimodal(257, 31);
+  dcpp::plan_options a;
+  a.world_size = 32;
+  a.max_tokens_per_rank = 4096;
+  a.microbatch_multiple = 2;
+  dcpp::plan_options b;
+  b.microbatch_multiple = 2;
+  b.max_tokens_per_rank = 4096;
+  b.world_size = 32;
+  CHECK(dcpp::plan_hash(run<dcpp::balanced>(a, lengths, dcpp::transformer_cost{})) ==
+        dcpp::plan_hash(run<dcpp::balanced>(b, lengths, dcpp::transformer_cost{})));
+}

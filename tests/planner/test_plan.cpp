@@ -1,0 +1,111 @@
+// Tests for include/dcpp/planner/plan.hpp: evaluation, lower bound, hash, canonical form.
+#include "../support.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "dcpp/planner/estimator.hpp"
+#include "dcpp/planner/plan.hpp"
+#include "dcpp/planner/transformer_cost.hpp"
+#include "dcpp/workload/generators.hpp"
+
+namespace {
+dcpp::plan_options opts(std::int32_t n, std::int64_t m) {
+  dcpp::plan_options o;
+  o.world_size = n;
+  o.max_tokens_per_rank = m;
+  return o;
+}
+
+// lengths 100, 900, 3000 on 4 ranks, M = 1000: sample 2 needs cp 4
+dcpp::plan hand_plan() {
+  dcpp::plan p;
+  p.world_size = 4;
+  p.max_tokens_per_rank = 1000;
+  p.lengths = {100, 900, 3000};
+  p.microbatches.push_back({{{0, 4, {2}}}, 0, 0});
+  p.microbatches.push_back({{{2, 1, {1}}, {0, 2, {0}}}, 0, 0});
+  return p;
+}
+} // namespace
+
+TEST_CASE("plan: evaluate fills times, tokens, idle ranks and metrics by hand") {
+  const auto o = opts(4, 1000);
+  auto p = hand_plan();
+  const auto pr = dcpp::make_problem(o, p.lengths);
+  dcpp::evaluate(p, pr, dcpp::megatron_cost{});
+  const auto& mb0 = p.microbatches[0];
+  CHECK(mb0.groups[0].tokens == 3000 / 4);
+  CHECK(mb0.groups[0].time == 3000.0 * 3000 / 4);
+  CHECK(mb0.idle_ranks == 0);
+  const auto& mb1 = p.microbatches[1];
+  CHECK(mb1.groups[0].tokens == 900);
+  CHECK(mb1.groups[1].tokens == 100 / 2);
+  CHECK(mb1.time == 900.0 * 900);
+  CHECK(mb1.idle_ranks == 1);
+  CHECK(p.metrics.estimated_step_time == 3000.0 * 3000 / 4 + 900.0 * 900);
+  // LB: area (every L^2 on any cp) / 4 vs the longest on its best group (3000^2/4)
+  const double area = (100.0 * 100 + 900.0 * 900 + 3000.0 * 3000) / 4;
+  CHECK(p.metrics.lower_bound == doctest::Approx(std::max(area, 3000.0 * 3000 / 4)));
+  CHECK(p.metrics.efficiency ==
+        doctest::Approx(p.metrics.lower_bound / p.metrics.estimated_step_time));
+  CHECK(p.metrics.idle_rank_slots == 1);
+  CHECK(p.metrics.min_microbatches == 1); // (750*4 + 900 + 100) / 4000 -> 1
+}
+
+TEST_CASE("plan: lower_bound equals a brute-force minimum over every feasible cp") {
+  const dcpp::transformer_cost e;
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    auto o = opts(static_cast<std::int32_t>(8 + seed % 5 * 8), 4096);
+    if (seed % 3 == 0)
+      o.group_topology = dcpp::topology::contiguous;
+    const auto lengths =
+        dcpp::workload::long_tail(50 + seed * 7, seed, 0.1, dcpp::max_plannable_length(o));
+    const auto pr = dcpp::make_problem(o, lengths);
+    double area = 0;
+    double longest = 0;
+    for (const auto l : lengths) {
+      double best_area = std::numeric_limits<double>::infinity();
+      double best_time = std::numeric_limits<double>::infinity();
+      for (std::int32_t cp = 1; cp <= o.world_size; ++cp) {
+        if (!dcpp::is_legal_group(o, 0, cp))
+          continue;
+        if (dcpp::padded_length(l, cp) / cp > o.max_tokens_per_rank)
+          continue;
+        best_area = std::min(best_area, cp * e.cost(l, cp));
+        best_time = std::min(best_time, e.cost(l, cp));
+      }
+      area += best_area;
+      longest = std::max(longest, best_time);
+    }
+    CHECK(dcpp::lower_bound(pr, e) ==
+          doctest::Approx(std::max(area / o.world_size, longest)).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("plan: canonical form and hash") {
+  auto a = hand_plan();
+  auto b = hand_plan();
+  std::swap(b.microbatches[1].groups[0], b.microbatches[1].groups[1]);
+  CHECK(dcpp::plan_hash(a) != dcpp::plan_hash(b));
+  dcpp::canonicalize(a);
+  dcpp::canonicalize(b);
+  CHECK(a == b);
+  CHECK(dcpp::plan_hash(a) == dcpp::plan_hash(b));
+  CHECK(a.microbatches[1].groups[0].first_rank == 0);
+  b.microbatches[1].groups[1].samples = {0};
+  b.microbatches[1].groups[0].samples = {1};
+  CHECK(dcpp::plan_hash(a) != dcpp::plan_hash(b));
+  b = a;
+  b.lengths[0] = 101;
+  CHECK(dcpp::plan_hash(a) != dcpp::plan_hash(b));
+  b = a;
+  b.metrics.plan_seconds = 123; // timing is not part of the plan's identity
+  CHECK(dcpp::plan_hash(a) == dcpp::plan_hash(b));
+}
+
+TEST_CASE("plan: rank_groups maps ranks to groups") {
+  const auto p = hand_plan();
+  CHECK(p.rank_groups(1) == std::vector<std::int32_t>{1, 1, 0, -1});
+}

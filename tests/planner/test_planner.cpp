@@ -1,0 +1,137 @@
+// Tests for include/dcpp/planner/planner.hpp: check-then-act, user policies, distributed agreement.
+#include "../support.hpp"
+
+#include <string>
+#include <vector>
+
+#include "dcpp/planner/planner.hpp"
+#include "dcpp/workload/generators.hpp"
+
+namespace {
+dcpp::plan_options opts(std::int32_t n, std::int64_t m) {
+  dcpp::plan_options o;
+  o.world_size = n;
+  o.max_tokens_per_rank = m;
+  return o;
+}
+
+// A user's cost policy (linear attention: no quadratic term).
+struct linear_attention_cost {
+  double per_token = 1e-5;
+  double cost(std::int64_t length, std::int32_t cp) const {
+    return per_token * static_cast<double>(length) / cp + (cp > 1 ? 1e-3 * (cp - 1) : 0.0);
+  }
+};
+
+// A bucketing policy with a bug: it forgets the last sample.
+struct lossy_bucketing {
+  dcpp::bucket_list buckets(const dcpp::problem& p, std::span<const double>) const {
+    dcpp::bucket_list out(1);
+    for (std::int32_t s = 0; s + 1 < static_cast<std::int32_t>(p.size()); ++s)
+      out[0].push_back(s);
+    return out;
+  }
+};
+
+// A packing policy with a bug: everything in one cp-1 group.
+struct overfull_packing {
+  static constexpr std::string_view name = "overfull";
+  template <class E>
+  dcpp::plan pack(const dcpp::problem& pr, const E&, const dcpp::bucket_list&) const {
+    dcpp::plan p;
+    p.world_size = pr.options.world_size;
+    p.max_tokens_per_rank = pr.options.max_tokens_per_rank;
+    p.lengths = pr.lengths;
+    dcpp::plan_group g{0, 1, {}, 0, 0.0};
+    for (std::int32_t s = 0; s < static_cast<std::int32_t>(pr.size()); ++s)
+      g.samples.push_back(s);
+    p.microbatches.push_back({{g}, 0, 0});
+    return p;
+  }
+};
+
+// A communicator whose ranks disagree: min and max of any value differ.
+struct split_brain_communicator {
+  int rank() const { return 1; }
+  int size() const { return 2; }
+  std::vector<std::int64_t> all_gather_v(std::span<const std::int64_t> local) {
+    std::vector<std::int64_t> out(local.begin(), local.end());
+    out.insert(out.end(), local.begin(), local.end());
+    return out;
+  }
+  std::uint64_t all_reduce_min(std::uint64_t v) {
+    return v - (fail_options ? 1 : calls++ < 1 ? 0 : 1);
+  }
+  std::uint64_t all_reduce_max(std::uint64_t v) { return v; }
+  bool fail_options = false;
+  int calls = 0;
+};
+} // namespace
+
+TEST_CASE("planner: can_plan is the same check that make_plan throws") {
+  const dcpp::planner<> p(opts(8, 1000));
+  const std::vector<std::int64_t> bad{100, 9000, 5};
+  const auto s = p.can_plan(bad);
+  CHECK(s.code == dcpp::status_code::sample_too_long);
+  CHECK(s.sample == 1);
+  try {
+    (void)p.make_plan(bad);
+    FAIL("make_plan accepted a sample longer than the world");
+  } catch (const dcpp::error& e) {
+    CHECK(e.code() == s.code);
+    CHECK(e.sample() == 1);
+    CHECK(std::string(e.what()) == s.message);
+  }
+  CHECK(p.can_plan(std::vector<std::int64_t>{100, 8000, 5}).ok());
+}
+
+TEST_CASE("planner: a user's estimator plugs in and changes the plan's numbers") {
+  const auto lengths = dcpp::workload::long_tail(300, 2, 0.05, 65536);
+  const dcpp::planner<linear_attention_cost> user(opts(16, 4096));
+  const dcpp::planner<> standard(opts(16, 4096));
+  const auto a = user.make_plan(lengths);
+  const auto b = standard.make_plan(lengths);
+  CHECK(dcpp::validate(a, user.options()).ok());
+  CHECK(a.metrics.estimated_step_time != doctest::Approx(b.metrics.estimated_step_time));
+  CHECK(a.metrics.efficiency > 0.5);
+}
+
+TEST_CASE("planner: a bucketing policy that loses a sample is an error naming it") {
+  const dcpp::planner<dcpp::megatron_cost, lossy_bucketing> p(opts(4, 1000));
+  const std::vector<std::int64_t> lengths{10, 20, 30};
+  CHECK_THROWS_WITH_AS((void)p.make_plan(lengths), "bucketing policy lost sample 2", dcpp::error);
+}
+
+TEST_CASE("planner: an invalid plan from a packing policy is caught by validate") {
+  const dcpp::planner<dcpp::megatron_cost, dcpp::by_cp_size, overfull_packing> p(opts(4, 100));
+  const std::vector<std::int64_t> lengths{60, 60};
+  CHECK_THROWS_WITH_AS((void)p.make_plan(lengths),
+                       doctest::Contains("packing policy overfull produced an invalid plan"),
+                       dcpp::error);
+}
+
+TEST_CASE("planner: plan_distributed gathers, plans and proves agreement") {
+  dcpp::planner<> serial(opts(8, 2048));
+  const std::vector<std::int64_t> local{100, 5000, 300};
+  const auto p = serial.plan_distributed(local);
+  CHECK(p.lengths == local);
+  CHECK(dcpp::plan_hash(p) == dcpp::plan_hash(serial.make_plan(local)));
+
+  dcpp::planner<dcpp::transformer_cost, dcpp::by_cp_size, dcpp::balanced, split_brain_communicator>
+      bad(opts(8, 2048));
+  CHECK_THROWS_WITH_AS((void)bad.plan_distributed(local),
+                       doctest::Contains("differs from another rank"), dcpp::error);
+  bad.communicator().fail_options = true;
+  CHECK_THROWS_WITH_AS((void)bad.plan_distributed(local),
+                       doctest::Contains("different plan options"), dcpp::error);
+}
+
+TEST_CASE("planner: plan_seconds times the call, and is the only field that varies") {
+  const dcpp::planner<> p(opts(32, 4096));
+  const auto lengths = dcpp::workload::bimodal(512, 77);
+  auto a = p.make_plan(lengths);
+  auto b = p.make_plan(lengths);
+  CHECK(a.metrics.plan_seconds > 0);
+  a.metrics.plan_seconds = b.metrics.plan_seconds = 0;
+  CHECK(a == b);
+}
