@@ -44,6 +44,14 @@ struct balanced {
   std::int32_t improvement_sweeps = 64;  //!< bound on sweeps over the rounds
   std::int32_t candidates_per_level = 8; //!< groups examined per CP size for a move or swap
   std::int32_t extra_microbatches = 0;   //!< rounds allowed beyond the token lower bound
+  //! Which constructions run (bits: `construct_megatron`, `construct_levelled`,
+  //! `construct_targeted`); the round limit still comes from the megatron construction.
+  std::uint32_t constructions = 7;
+  static constexpr std::uint32_t construct_megatron = 1;
+  static constexpr std::uint32_t construct_levelled = 2;
+  static constexpr std::uint32_t construct_targeted = 4;
+  //! The megatron construction runs when samples x ranks is at most this.
+  std::int64_t megatron_limit = std::int64_t{1} << 17;
 
   template <workload_estimator Estimator>
   plan pack(const problem& pr, const Estimator& estimator, const bucket_list& buckets) const {
@@ -67,15 +75,22 @@ public:
     const std::vector<double> base_cost = cost_;
     const std::int32_t k_min = initial_microbatches();
 
-    plan best = megatron_greedy{}.pack(pr_, estimator_, buckets);
-    const auto allowed = static_cast<std::size_t>(std::max<std::int64_t>(
-        static_cast<std::int64_t>(best.microbatches.size()),
-        k_min + std::int64_t{policy_.extra_microbatches} * o_.microbatch_multiple));
-    load(best);
-    improve();
-    double best_step = step_time();
-    best = emit();
-
+    // The megatron construction costs O(samples x groups) and bounds the rounds; past
+    // `megatron_limit` (samples x ranks) the bound is the token minimum plus the extra rounds,
+    // or what the levelled construction needs.
+    const bool with_megatron = (policy_.constructions & balanced::construct_megatron) != 0 &&
+                               std::int64_t{n_} * world_ <= policy_.megatron_limit;
+    plan best = with_megatron ? megatron_greedy{}.pack(pr_, estimator_, buckets) : plan{};
+    std::size_t allowed = static_cast<std::size_t>(
+        k_min + std::int64_t{policy_.extra_microbatches} * o_.microbatch_multiple);
+    double best_step = std::numeric_limits<double>::infinity();
+    if (with_megatron) {
+      allowed = std::max(allowed, best.microbatches.size());
+      load(best);
+      improve();
+      best_step = step_time();
+      best = emit();
+    }
     auto consider = [&]() {
       // a construction far behind the best so far is not worth improving
       if (static_cast<std::size_t>(k_) > allowed || step_time() > 1.25 * best_step)
@@ -88,12 +103,18 @@ public:
       }
     };
     // levelled, at the area-minimal CP sizes
-    cp_ = base_cp;
-    cost_ = base_cost;
-    build_levelled();
-    consider();
+    if ((policy_.constructions & balanced::construct_levelled) != 0 || !with_megatron) {
+      cp_ = base_cp;
+      cost_ = base_cost;
+      build_levelled(static_cast<std::int64_t>(allowed));
+      if (!with_megatron)
+        allowed = std::max(allowed, static_cast<std::size_t>(k_));
+      consider();
+    }
     // targeted, with CP raising, at the fewest rounds that pack
-    for (std::int32_t k = k_min; static_cast<std::size_t>(k) <= allowed;
+    // the targeted construction rarely wins on large batches: it runs with the megatron one
+    for (std::int32_t k = k_min; (policy_.constructions & balanced::construct_targeted) != 0 &&
+                                 with_megatron && static_cast<std::size_t>(k) <= allowed;
          k += o_.microbatch_multiple) {
       cp_ = base_cp;
       cost_ = base_cost;
@@ -129,13 +150,24 @@ private:
     return pr_.rank_tokens(static_cast<std::size_t>(s), cp);
   }
   //! CP sizes a sample may use: its smallest, then doublings (all legal sizes in the aligned
-  //! topology; a geometric ladder in the contiguous one).
-  [[nodiscard]] std::vector<std::int32_t> ladder(std::int32_t s) const {
-    std::vector<std::int32_t> out;
-    const std::int32_t hi = o_.effective_max_cp();
-    for (std::int64_t c = pr_.min_cp_of[static_cast<std::size_t>(s)]; c <= hi; c *= 2)
-      out.push_back(static_cast<std::int32_t>(c));
-    return out;
+  //! topology; a geometric ladder in the contiguous one). A range, so that it allocates nothing.
+  struct cp_ladder {
+    struct iterator {
+      std::int64_t cp;
+      std::int32_t operator*() const { return static_cast<std::int32_t>(cp); }
+      iterator& operator++() {
+        cp *= 2;
+        return *this;
+      }
+      bool operator!=(const iterator& other) const { return cp <= other.cp; }
+    };
+    std::int64_t first;
+    std::int64_t last;
+    [[nodiscard]] iterator begin() const { return {first}; }
+    [[nodiscard]] iterator end() const { return {last}; }
+  };
+  [[nodiscard]] cp_ladder ladder(std::int32_t s) const {
+    return {pr_.min_cp_of[static_cast<std::size_t>(s)], o_.effective_max_cp()};
   }
 
   void choose_cp_sizes() {
@@ -378,8 +410,10 @@ private:
 
   //! Moves sample `s` to a larger CP size when its cost exceeds `level` and a larger group
   //! brings it to the level (or as close as the ladder goes) for at most 2% more rank area:
-  //! long samples, whose attention dominates, spread for free.
-  void raise_to_level(std::int32_t s, double level) {
+  //! long samples, whose attention dominates, spread for free. Each step up may leave
+  //! `(new cp - old cp) * M` rank tokens unused, so it is paid from `slack`: the rank tokens the
+  //! allowed rounds hold beyond what the samples need.
+  void raise_to_level(std::int32_t s, double level, std::int64_t& slack) {
     const auto us = static_cast<std::size_t>(s);
     if (cost_[us] <= level)
       return;
@@ -388,8 +422,10 @@ private:
       if (c <= cp_[us])
         continue;
       const double w = cost(s, c);
-      if (w * c > 1.02 * area || w >= cost_[us])
+      const std::int64_t price = std::int64_t{c - cp_[us]} * budget_;
+      if (w * c > 1.02 * area || w >= cost_[us] || price > slack)
         break;
+      slack -= price;
       cp_[us] = c;
       cost_[us] = w;
       if (w <= level)
@@ -400,7 +436,7 @@ private:
   //! Rounds one after another from the samples sorted by work per token (descending): each
   //! sample opens a group on free ranks while there are some, then joins the least-loaded group
   //! of its CP size with token room, or waits for the next round.
-  void build_levelled() {
+  void build_levelled(std::int64_t rounds_allowed) {
     std::vector<std::int32_t> remaining(static_cast<std::size_t>(n_));
     std::vector<double> per_token(static_cast<std::size_t>(n_));
     std::int64_t min_tokens = budget_;
@@ -410,6 +446,9 @@ private:
       per_token[us] = cost_[us] / static_cast<double>(tokens(s, cp_[us]));
       min_tokens = std::min(min_tokens, tokens(s, cp_[us]));
     }
+    std::int64_t slack = rounds_allowed * world_ * budget_;
+    for (std::int32_t s = 0; s < n_; ++s)
+      slack -= tokens(s, cp_[static_cast<std::size_t>(s)]) * cp_[static_cast<std::size_t>(s)];
     std::sort(remaining.begin(), remaining.end(), [&](std::int32_t a, std::int32_t b) {
       const auto ua = static_cast<std::size_t>(a);
       const auto ub = static_cast<std::size_t>(b);
@@ -420,48 +459,82 @@ private:
       return a < b;
     });
     std::vector<microbatch_state> rounds;
-    std::vector<std::set<keyed>> by_level(pr_.cp_sizes.size()); // (load, group in the round)
+    const std::size_t levels = pr_.cp_sizes.size();
+    std::vector<std::set<keyed>> by_load(levels); // per CP size: (load, group in the round)
+    std::vector<std::set<std::pair<std::int64_t, std::int32_t>>> by_tokens(
+        levels); // (tokens, group)
     std::vector<std::int32_t> deferred;
-    std::vector<keyed> skipped;
     while (!remaining.empty()) {
       microbatch_state mb(world_);
-      for (auto& level : by_level)
-        level.clear();
+      for (std::size_t l = 0; l < levels; ++l) {
+        by_load[l].clear();
+        by_tokens[l].clear();
+      }
       deferred.clear();
       // the round's level: what a rank full of the next samples' tokens costs
       const std::size_t probe = std::min<std::size_t>(1, remaining.size() - 1);
       const double level_cost =
           per_token[static_cast<std::size_t>(remaining[probe])] * static_cast<double>(budget_);
+      auto room_left = [&] {
+        for (std::size_t l = 0; l < levels; ++l)
+          if (!by_tokens[l].empty() && budget_ - by_tokens[l].begin()->first >= min_tokens)
+            return true;
+        return false;
+      };
       std::int32_t misses = 0;
+      double round_max = 0;
       for (std::size_t i = 0; i < remaining.size(); ++i) {
         const std::int32_t s = remaining[i];
-        if (misses > 2 * policy_.candidates_per_level && mb.free_ranks() == 0) {
-          deferred.insert(deferred.end(), remaining.begin() + static_cast<std::ptrdiff_t>(i),
-                          remaining.end());
-          break;
+        // a full round: no free ranks and no group with room for the smallest sample
+        if (misses >= 16 && mb.free_ranks() == 0) {
+          misses = 0;
+          if (!room_left()) {
+            deferred.insert(deferred.end(), remaining.begin() + static_cast<std::ptrdiff_t>(i),
+                            remaining.end());
+            break;
+          }
         }
         const auto us = static_cast<std::size_t>(s);
-        raise_to_level(s, std::max(level_cost, mb.max_load()));
+        raise_to_level(s, std::max(level_cost, round_max), slack);
         const std::int32_t c = cp_[us];
-        const std::int64_t t = tokens(s, c);
-        auto& level = by_level[level_of(c)];
         std::int32_t chosen = -1;
+        std::int32_t chosen_cp = c;
         if (const auto first = mb.free_block(o_, c)) {
           chosen = mb.open(*first, c);
         } else {
-          skipped.clear();
-          while (!level.empty()) {
-            const keyed top = *level.begin();
-            level.erase(level.begin());
-            const auto& g = mb.groups()[static_cast<std::size_t>(top.second)];
-            if (g.tokens + t <= budget_) {
-              chosen = top.second;
+          // the least-loaded group with token room (among the first few by load, else the one
+          // with the most room), of this CP size or of a larger one where the sample costs at
+          // most 5% more rank area
+          double best = std::numeric_limits<double>::infinity();
+          const double area = cost_[us] * c;
+          for (const std::int32_t c2 : ladder(s)) {
+            if (c2 < c)
+              continue;
+            const double w2 = c2 == c ? cost_[us] : cost(s, c2);
+            if (w2 * c2 > 1.05 * area)
               break;
+            const std::int64_t t2 = tokens(s, c2);
+            const std::size_t l = level_of(c2);
+            if (by_tokens[l].empty() || by_tokens[l].begin()->first + t2 > budget_)
+              continue;
+            std::int32_t found = -1;
+            std::int32_t tries = 0;
+            for (auto it = by_load[l].begin();
+                 it != by_load[l].end() && tries < policy_.candidates_per_level; ++it, ++tries) {
+              if (mb.groups()[static_cast<std::size_t>(it->second)].tokens + t2 <= budget_) {
+                found = it->second;
+                break;
+              }
             }
-            if (budget_ - g.tokens >= min_tokens)
-              skipped.push_back(top); // else full for good
+            if (found < 0)
+              found = by_tokens[l].begin()->second;
+            const double load = mb.groups()[static_cast<std::size_t>(found)].load + w2;
+            if (load < best) {
+              best = load;
+              chosen = found;
+              chosen_cp = c2;
+            }
           }
-          level.insert(skipped.begin(), skipped.end());
         }
         if (chosen < 0) {
           ++misses;
@@ -469,8 +542,18 @@ private:
           continue;
         }
         misses = 0;
-        mb.add(chosen, s, t, cost_[us]);
-        level.emplace(mb.groups()[static_cast<std::size_t>(chosen)].load, chosen);
+        if (chosen_cp != c) {
+          cp_[us] = chosen_cp;
+          cost_[us] = cost(s, chosen_cp);
+        }
+        const std::size_t l = level_of(chosen_cp);
+        auto& g = mb.groups()[static_cast<std::size_t>(chosen)];
+        by_load[l].erase({g.load, chosen});
+        by_tokens[l].erase({g.tokens, chosen});
+        mb.add(chosen, s, tokens(s, chosen_cp), cost_[us]);
+        round_max = std::max(round_max, g.load);
+        by_load[l].emplace(g.load, chosen);
+        by_tokens[l].emplace(g.tokens, chosen);
       }
       rounds.push_back(std::move(mb));
       remaining.swap(deferred);
