@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
                *std::min_element(batch.lengths.begin(), batch.lengths.end()),
                *std::max_element(batch.lengths.begin(), batch.lengths.end()));
     if (quiet)
-      fmt::print("{} plan: step time {:.6g}, efficiency {:.4f}, {} micro-batches\n", p.policy,
+      fmt::print("{} plan: step time {:.6g}, efficiency {:.4f}, micro-batches {}\n", p.policy,
                  p.metrics.estimated_step_time, p.metrics.efficiency, p.microbatches.size());
     else
       fmt::print("{}", p);

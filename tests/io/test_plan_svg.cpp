@@ -53,5 +53,5 @@ TEST_CASE("plan_table: one row per micro-batch and the metrics") {
   const std::string table = fmt::format("{}", p);
   CHECK(count(table, "\n") == 3 + p.microbatches.size());
   CHECK(table.find("efficiency") != std::string::npos);
-  CHECK(table.find(fmt::format("{} micro-batches", p.microbatches.size())) != std::string::npos);
+  CHECK(table.find(fmt::format("{} micro-batch", p.microbatches.size())) != std::string::npos);
 }

@@ -38,10 +38,11 @@ struct fmt::formatter<dcpp::plan> {
         out,
         "plan: {} samples on {} ranks (max {} tokens/rank), policy {}, estimator "
         "{}\n  step time {:.6g}, lower bound {:.6g}, efficiency {:.4f}, {} "
-        "micro-batches (token minimum {}), {} idle rank slots, planned in {:.3f} ms\n",
+        "micro-batch{} (token minimum {}), {} idle rank slots, planned in {:.3f} ms\n",
         p.lengths.size(), p.world_size, p.max_tokens_per_rank, p.policy.empty() ? "?" : p.policy,
         p.estimator.empty() ? "?" : p.estimator, m.estimated_step_time, m.lower_bound, m.efficiency,
-        p.microbatches.size(), m.min_microbatches, m.idle_rank_slots, m.plan_seconds * 1e3);
+        p.microbatches.size(), p.microbatches.size() == 1 ? "" : "es", m.min_microbatches,
+        m.idle_rank_slots, m.plan_seconds * 1e3);
     out = fmt::format_to(out, "  {:>4} {:>11} {:>11} {:>7} {:>5} {:>8} {:>7}  {}\n", "mb",
                          "max time", "mean time", "balance", "idle", "samples", "tokens", "groups");
     for (std::size_t i = 0; i < p.microbatches.size(); ++i) {
