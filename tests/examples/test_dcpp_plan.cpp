@@ -3,6 +3,7 @@
 #include "../support.hpp"
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -29,13 +30,19 @@ std::string env(const char* name) {
   return v;
 }
 
+//! A scratch folder for this process, removed at exit.
+struct scratch_dir {
+  fs::path path = fs::temp_directory_path() / ("dcpp_cli_test_" + std::to_string(::getpid()));
+  scratch_dir() { fs::create_directories(path); }
+  ~scratch_dir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
 fs::path scratch() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("dcpp_cli_test_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const scratch_dir dir;
+  return dir.path;
 }
 
 std::string slurp(const fs::path& p) {

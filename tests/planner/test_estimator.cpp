@@ -128,3 +128,12 @@ TEST_CASE("calibrated_cost: errors name the row or the coefficient") {
   CHECK_THROWS_WITH_AS(dcpp::calibrated_cost::fit(same), doctest::Contains("do not determine"),
                        dcpp::error);
 }
+
+TEST_CASE("estimator: the micro-batch overhead is the estimator's, or zero") {
+  CHECK(dcpp::microbatch_overhead(dcpp::megatron_cost{}) == 0.0);
+  CHECK(dcpp::microbatch_overhead(user_moe_cost{}) == 0.0);
+  CHECK(dcpp::microbatch_overhead(dcpp::transformer_cost{}) == 5e-3);
+  dcpp::device_spec slow = dcpp::device_presets[0];
+  slow.microbatch_overhead = 0.25;
+  CHECK(dcpp::microbatch_overhead(dcpp::transformer_cost(dcpp::model_presets[0], slow)) == 0.25);
+}

@@ -109,7 +109,7 @@ TEST_CASE("megatron parity: the same micro-batches as Megatron-LM's scheduler") 
   }
 }
 
-TEST_CASE("megatron parity: balanced is at least as fast, with no more micro-batches") {
+TEST_CASE("megatron parity: balanced is at least as fast, within its micro-batch allowance") {
   for (const auto& r : load_references()) {
     CAPTURE(r.name);
     auto both = [&](const auto& estimator) {
@@ -119,7 +119,13 @@ TEST_CASE("megatron parity: balanced is at least as fast, with no more micro-bat
       const auto b = dcpp::planner<E, dcpp::by_cp_size, dcpp::balanced>(r.options, estimator)
                          .make_plan(r.lengths);
       CHECK(b.metrics.estimated_step_time <= m.metrics.estimated_step_time * (1 + 1e-12));
-      CHECK(b.microbatches.size() <= m.microbatches.size());
+      // without a micro-batch overhead (length^2/cp) an extra round costs nothing, so balanced
+      // takes none beyond Megatron's; with one it may add up to a quarter that pay for themselves
+      const std::size_t k_min = static_cast<std::size_t>(b.metrics.min_microbatches);
+      if (dcpp::microbatch_overhead(estimator) == 0)
+        CHECK(b.microbatches.size() <= m.microbatches.size());
+      else
+        CHECK(b.microbatches.size() <= std::max(m.microbatches.size(), k_min + (k_min + 3) / 4));
     };
     both(dcpp::megatron_cost{});
     both(dcpp::transformer_cost{});

@@ -17,6 +17,18 @@ concept workload_estimator = std::copyable<E> &&
   { e.cost(length, cp) } -> std::convertible_to<double>;
 };
 
+//! The fixed cost of one micro-batch (kernel launches, the per-micro-batch collectives of the
+//! dynamic mesh), in the estimator's unit: `e.microbatch_overhead()` when the estimator offers
+//! it, else 0. Step time counts it once per micro-batch, so that a plan pays for the rounds it
+//! adds.
+template <class E>
+double microbatch_overhead(const E& e) {
+  if constexpr (requires { e.microbatch_overhead(); })
+    return static_cast<double>(e.microbatch_overhead());
+  else
+    return 0.0;
+}
+
 //! `length^2 / cp`: the cost model of Megatron-LM's dynamic-CP scheduler. Used for parity with
 //! Megatron's plans; it ignores the linear layers and the ring's communication.
 struct megatron_cost {

@@ -33,8 +33,8 @@ struct plan_microbatch {
 };
 
 struct plan_metrics {
-  double estimated_step_time = 0; //!< sum over micro-batches of the max rank time
-  double lower_bound = 0;         //!< DESIGN.md section 4
+  double estimated_step_time = 0; //!< sum over micro-batches of (max rank time + overhead)
+  double lower_bound = 0;         //!< DESIGN.md section 4 + overheads of the token minimum
   double efficiency = 0;          //!< lower_bound / estimated_step_time
   double plan_seconds = 0;        //!< wall time of the planning call alone
   double max_rank_load = 0;       //!< max over (micro-batch, rank) of the time
@@ -78,7 +78,21 @@ inline void canonicalize(plan& p) {
   }
 }
 
-//! `LB = max( sum_i min_c c*cost(L_i,c) / N , max_i min_c cost(L_i,c) )` over the feasible c.
+//! Fewest micro-batches any plan needs: total padded tokens (each sample at its smallest cp)
+//! over the world's token capacity, rounded up to the micro-batch multiple.
+inline std::int32_t min_microbatches(const problem& pr) {
+  std::int64_t rank_tokens = 0;
+  for (std::size_t i = 0; i < pr.size(); ++i)
+    rank_tokens += pr.rank_tokens(i, pr.min_cp_of[i]) * pr.min_cp_of[i];
+  const std::int64_t capacity =
+      std::int64_t{pr.options.world_size} * pr.options.max_tokens_per_rank;
+  const auto k =
+      static_cast<std::int32_t>(std::max<std::int64_t>(1, ceil_div(rank_tokens, capacity)));
+  return round_up(k, pr.options.microbatch_multiple);
+}
+
+//! `LB = max( sum_i min_c c*cost(L_i,c) / N , max_i min_c cost(L_i,c) )` over the feasible c,
+//! plus the estimator's micro-batch overhead for the fewest micro-batches any plan needs.
 template <workload_estimator Estimator>
 double lower_bound(const problem& pr, const Estimator& estimator) {
   double area = 0;
@@ -96,20 +110,8 @@ double lower_bound(const problem& pr, const Estimator& estimator) {
     area += best_area;
     longest = std::max(longest, best_time);
   }
-  return std::max(area / pr.options.world_size, longest);
-}
-
-//! Fewest micro-batches any plan needs: total padded tokens (each sample at its smallest cp)
-//! over the world's token capacity, rounded up to the micro-batch multiple.
-inline std::int32_t min_microbatches(const problem& pr) {
-  std::int64_t rank_tokens = 0;
-  for (std::size_t i = 0; i < pr.size(); ++i)
-    rank_tokens += pr.rank_tokens(i, pr.min_cp_of[i]) * pr.min_cp_of[i];
-  const std::int64_t capacity =
-      std::int64_t{pr.options.world_size} * pr.options.max_tokens_per_rank;
-  const auto k =
-      static_cast<std::int32_t>(std::max<std::int64_t>(1, ceil_div(rank_tokens, capacity)));
-  return round_up(k, pr.options.microbatch_multiple);
+  return std::max(area / pr.options.world_size, longest) +
+         min_microbatches(pr) * microbatch_overhead(estimator);
 }
 
 //! Fills every group's tokens and time, every micro-batch's time and idle ranks, and the metrics
@@ -140,6 +142,7 @@ void evaluate(plan& p, const problem& pr, const Estimator& estimator) {
     step += mb.time;
     load_max = std::max(load_max, mb.time);
   }
+  step += static_cast<double>(p.microbatches.size()) * microbatch_overhead(estimator);
   p.metrics.estimated_step_time = step;
   p.metrics.lower_bound = lower_bound(pr, estimator);
   p.metrics.efficiency = step > 0 ? p.metrics.lower_bound / step : 1.0;

@@ -36,6 +36,7 @@ struct device_spec {
   double link_bytes_per_second = 2.0e11; //!< one direction, ring neighbour to ring neighbour
   double link_latency = 1.5e-5;          //!< seconds per ring-step message
   std::int32_t bytes_per_element = 2;
+  double microbatch_overhead = 5e-3; //!< seconds per micro-batch: launches, mesh collectives
   friend bool operator==(const device_spec&, const device_spec&) = default;
 };
 
@@ -48,10 +49,12 @@ inline constexpr std::array<model_shape, 3> model_presets{{
 
 //! Devices: peak bf16 dense rate x an achievable fraction (0.6 for GEMMs, 0.45 for attention,
 //! typical of large-batch training reports); ring bandwidth a third of NVLink's per-direction
-//! peak (p2p send/recv through NCCL shares the links with the other collectives).
+//! peak (p2p send/recv through NCCL shares the links with the other collectives); 5 ms per
+//! micro-batch for launches and the dynamic mesh's per-micro-batch collectives (an assumption
+//! to calibrate: it is what makes an extra micro-batch cost something).
 inline constexpr std::array<device_spec, 2> device_presets{{
-    {"h100", 0.6 * 989e12, 0.45 * 989e12, 450e9 / 3, 1.5e-5, 2},
-    {"a100", 0.6 * 312e12, 0.45 * 312e12, 300e9 / 3, 2.0e-5, 2},
+    {"h100", 0.6 * 989e12, 0.45 * 989e12, 450e9 / 3, 1.5e-5, 2, 5e-3},
+    {"a100", 0.6 * 312e12, 0.45 * 312e12, 300e9 / 3, 2.0e-5, 2, 5e-3},
 }};
 
 //! Time per rank of one sample, forward and backward, on a CP group of `cp` ranks (seconds):
@@ -95,6 +98,9 @@ public:
                            std::max(0.0, backward_step - 2.5 * step_compute);
     return linear + attention + (c - 1.0) * model_.layers * exposed;
   }
+
+  //! Fixed seconds per micro-batch (`device_spec::microbatch_overhead`).
+  [[nodiscard]] double microbatch_overhead() const noexcept { return device_.microbatch_overhead; }
 
   [[nodiscard]] const model_shape& model() const noexcept { return model_; }
   [[nodiscard]] const device_spec& device() const noexcept { return device_; }

@@ -43,7 +43,9 @@ struct balanced {
   static constexpr std::string_view name = "balanced";
   std::int32_t improvement_sweeps = 64;  //!< bound on sweeps over the rounds
   std::int32_t candidates_per_level = 8; //!< groups examined per CP size for a move or swap
-  std::int32_t extra_microbatches = 0;   //!< rounds allowed beyond the token lower bound
+  //! Rounds allowed beyond the token lower bound; -1: a quarter more when the estimator has a
+  //! micro-batch overhead, none otherwise.
+  std::int32_t extra_microbatches = -1;
   //! Which constructions run (bits: `construct_megatron`, `construct_levelled`,
   //! `construct_targeted`); the round limit still comes from the megatron construction.
   std::uint32_t constructions = 7;
@@ -81,8 +83,16 @@ public:
     const bool with_megatron = (policy_.constructions & balanced::construct_megatron) != 0 &&
                                std::int64_t{n_} * world_ <= policy_.megatron_limit;
     plan best = with_megatron ? megatron_greedy{}.pack(pr_, estimator_, buckets) : plan{};
-    std::size_t allowed = static_cast<std::size_t>(
-        k_min + std::int64_t{policy_.extra_microbatches} * o_.microbatch_multiple);
+    // Rounds beyond the token minimum: `extra_microbatches`, or, when the estimator prices a
+    // micro-batch (so that an extra round must pay for itself), up to a quarter more.
+    std::int64_t extra = std::int64_t{policy_.extra_microbatches} * o_.microbatch_multiple;
+    if (policy_.extra_microbatches < 0)
+      extra =
+          microbatch_overhead(estimator_) > 0
+              ? round_up<std::int64_t>(std::max<std::int64_t>(1, ceil_div<std::int64_t>(k_min, 4)),
+                                       o_.microbatch_multiple)
+              : 0;
+    std::size_t allowed = static_cast<std::size_t>(k_min + extra);
     double best_step = std::numeric_limits<double>::infinity();
     if (with_megatron) {
       allowed = std::max(allowed, best.microbatches.size());
@@ -401,8 +411,9 @@ private:
       refresh_max(m);
   }
 
+  //! Sum over rounds of the max rank time, plus the estimator's overhead per round.
   [[nodiscard]] double step_time() const {
-    double total = 0;
+    double total = static_cast<double>(k_) * microbatch_overhead(estimator_);
     for (const double m : mb_max_)
       total += m;
     return total;
@@ -471,10 +482,23 @@ private:
         by_tokens[l].clear();
       }
       deferred.clear();
-      // the round's level: what a rank full of the next samples' tokens costs
-      const std::size_t probe = std::min<std::size_t>(1, remaining.size() - 1);
-      const double level_cost =
-          per_token[static_cast<std::size_t>(remaining[probe])] * static_cast<double>(budget_);
+      // the round's level: what a rank full of tokens costs at the work per token of the sample
+      // in the middle (by tokens) of the samples that would fill this round
+      double level_cost = 0;
+      {
+        const std::int64_t capacity = std::int64_t{world_} * budget_;
+        std::int64_t filled = 0;
+        std::size_t probe = 0;
+        for (; probe < remaining.size(); ++probe) {
+          const auto u = static_cast<std::size_t>(remaining[probe]);
+          filled += tokens(remaining[probe], cp_[u]) * cp_[u];
+          if (2 * filled >= capacity)
+            break;
+        }
+        probe = std::min(probe, remaining.size() - 1);
+        level_cost =
+            per_token[static_cast<std::size_t>(remaining[probe])] * static_cast<double>(budget_);
+      }
       auto room_left = [&] {
         for (std::size_t l = 0; l < levels; ++l)
           if (!by_tokens[l].empty() && budget_ - by_tokens[l].begin()->first >= min_tokens)
