@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   std::string topology_name = "aligned";
   std::optional<std::int32_t> microbatch_multiple;
   std::int64_t padding_unit = 1;
+  std::int32_t extra_microbatches = -1;
   std::string json_path;
   std::string svg_path;
   bool compare = false;
@@ -121,6 +122,10 @@ int main(int argc, char** argv) {
                  "micro-batch count multiple, e.g. for virtual pipeline stages (default: the "
                  "input's vpp_microbatch_group_size, else 1)");
   app.add_option("--padding-unit", padding_unit, "samples pad to a multiple of 2*cp*padding_unit");
+  app.add_option("--extra-microbatches", extra_microbatches,
+                 "balanced: micro-batches allowed beyond the token minimum (-1: up to a quarter "
+                 "more when the estimator prices a micro-batch, else none)")
+      ->check(CLI::Range(-1, 1 << 20));
   app.add_option("--json", json_path, "write the plan as dcpp-plan/1 JSON");
   app.add_option("--svg", svg_path, "write a picture of the plan");
   app.add_flag("--compare", compare, "plan with every policy and print them side by side");
@@ -155,17 +160,17 @@ int main(int argc, char** argv) {
     std::visit(
         [&](const auto& e) {
           const dcpp::static_cp fixed{static_cp_size};
+          dcpp::balanced tuned;
+          tuned.extra_microbatches = extra_microbatches;
           if (compare) {
-            outcomes.push_back(
-                run_policy(options, e, estimator.name, dcpp::balanced{}, batch.lengths));
+            outcomes.push_back(run_policy(options, e, estimator.name, tuned, batch.lengths));
             outcomes.push_back(
                 run_policy(options, e, estimator.name, dcpp::megatron_greedy{}, batch.lengths));
             outcomes.push_back(
                 run_policy(options, e, estimator.name, dcpp::uniform_cp{}, batch.lengths));
             outcomes.push_back(run_policy(options, e, estimator.name, fixed, batch.lengths));
           } else if (policy == "balanced") {
-            outcomes.push_back(
-                run_policy(options, e, estimator.name, dcpp::balanced{}, batch.lengths));
+            outcomes.push_back(run_policy(options, e, estimator.name, tuned, batch.lengths));
           } else if (policy == "megatron_greedy") {
             outcomes.push_back(
                 run_policy(options, e, estimator.name, dcpp::megatron_greedy{}, batch.lengths));

@@ -170,3 +170,12 @@ TEST_CASE("dcpp-plan: bad input is one line, names the problem, and writes nothi
   expect_error((scratch() / "missing.txt").string(), "cannot open input");
   expect_error(ok.string() + " --world-size 32 --policy static_cp --static-cp 2", "static cp = 2");
 }
+
+TEST_CASE("dcpp-plan: --extra-microbatches bounds the rounds of balanced") {
+  const auto r = run(env("DCPP_DATA") +
+                     "/sft_long_tail.txt --world-size 32 --max-tokens-per-rank 8192 --quiet "
+                     "--extra-microbatches 0");
+  CHECK(r.status == 0);
+  CHECK(r.out.find("micro-batches 8") != std::string::npos); // the token minimum here
+  CHECK(run(env("DCPP_DATA") + "/sft_long_tail.txt --extra-microbatches -2").status != 0);
+}

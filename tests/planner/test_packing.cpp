@@ -254,3 +254,22 @@ TEST_CASE("balanced: options assigned in any order give the same bytes") {
   CHECK(dcpp::plan_hash(run<dcpp::balanced>(a, lengths, dcpp::transformer_cost{})) ==
         dcpp::plan_hash(run<dcpp::balanced>(b, lengths, dcpp::transformer_cost{})));
 }
+
+TEST_CASE("balanced: extra_microbatches = 0 holds it to the token minimum or Megatron's count") {
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    dcpp::plan_options o;
+    o.world_size = 48;
+    o.max_tokens_per_rank = 8192;
+    const auto lengths = w::long_tail(900, seed);
+    dcpp::balanced strict;
+    strict.extra_microbatches = 0;
+    const auto b = run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{}, strict);
+    const auto m = run<dcpp::megatron_greedy>(o, lengths, dcpp::transformer_cost{});
+    CHECK(b.microbatches.size() <=
+          std::max(m.microbatches.size(), static_cast<std::size_t>(b.metrics.min_microbatches)));
+    CHECK(b.metrics.estimated_step_time <= m.metrics.estimated_step_time * (1 + 1e-12));
+    // the default may add rounds, but only when they lower the step time
+    const auto relaxed = run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{});
+    CHECK(relaxed.metrics.estimated_step_time <= b.metrics.estimated_step_time * (1 + 1e-12));
+  }
+}

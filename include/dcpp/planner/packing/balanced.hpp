@@ -510,8 +510,8 @@ private:
       for (std::size_t i = 0; i < remaining.size(); ++i) {
         const std::int32_t s = remaining[i];
         // a full round: no free ranks and no group with room for the smallest sample
-        if (misses >= 16 && mb.free_ranks() == 0) {
-          misses = 0;
+        // (checked every 16 misses)
+        if (misses > 0 && misses % 16 == 0 && mb.free_ranks() == 0) {
           if (!room_left()) {
             deferred.insert(deferred.end(), remaining.begin() + static_cast<std::ptrdiff_t>(i),
                             remaining.end());
