@@ -13,6 +13,7 @@
 
 #include "dcpp/planner/packing.hpp"
 #include "dcpp/planner/packing/megatron_greedy.hpp"
+#include "dcpp/planner/packing/static_cp.hpp"
 
 namespace dcpp {
 
@@ -41,17 +42,19 @@ class balanced_engine;
 //!   a `balanced` plan is never slower than `megatron_greedy`'s under the same estimator.
 struct balanced {
   static constexpr std::string_view name = "balanced";
-  std::int32_t improvement_sweeps = 64;  //!< bound on sweeps over the rounds
+  std::int32_t improvement_sweeps = 16;  //!< bound on sweeps over the rounds
   std::int32_t candidates_per_level = 8; //!< groups examined per CP size for a move or swap
   //! Rounds allowed beyond the token lower bound; -1: a quarter more when the estimator has a
   //! micro-batch overhead, none otherwise.
   std::int32_t extra_microbatches = -1;
   //! Which constructions run (bits: `construct_megatron`, `construct_levelled`,
-  //! `construct_targeted`); the round limit still comes from the megatron construction.
-  std::uint32_t constructions = 7;
+  //! `construct_targeted`, `construct_static`); the round limit still comes from the megatron
+  //! construction.
+  std::uint32_t constructions = 15;
   static constexpr std::uint32_t construct_megatron = 1;
   static constexpr std::uint32_t construct_levelled = 2;
   static constexpr std::uint32_t construct_targeted = 4;
+  static constexpr std::uint32_t construct_static = 8;
   //! The megatron construction runs when samples x ranks is at most this.
   std::int64_t megatron_limit = std::int64_t{1} << 17;
 
@@ -112,6 +115,15 @@ public:
         best = emit();
       }
     };
+    // static: one CP size for all, heaviest first onto the least-loaded slot (strong when the
+    // batch needs one size anyway: short-only, capped rollouts)
+    if ((policy_.constructions & balanced::construct_static) != 0) {
+      const static_cp fixed{};
+      if (fixed.check(pr_).ok()) {
+        load(fixed.pack(pr_, estimator_, buckets));
+        consider();
+      }
+    }
     // levelled, at the area-minimal CP sizes
     if ((policy_.constructions & balanced::construct_levelled) != 0 || !with_megatron) {
       cp_ = base_cp;
