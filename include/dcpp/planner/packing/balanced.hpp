@@ -56,7 +56,7 @@ struct balanced {
   static constexpr std::uint32_t construct_targeted = 4;
   static constexpr std::uint32_t construct_static = 8;
   //! The megatron construction runs when samples x ranks is at most this.
-  std::int64_t megatron_limit = std::int64_t{1} << 17;
+  std::int64_t megatron_limit = std::int64_t{1} << 15;
 
   template <workload_estimator Estimator>
   plan pack(const problem& pr, const Estimator& estimator, const bucket_list& buckets) const {
@@ -115,15 +115,6 @@ public:
         best = emit();
       }
     };
-    // static: one CP size for all, heaviest first onto the least-loaded slot (strong when the
-    // batch needs one size anyway: short-only, capped rollouts)
-    if ((policy_.constructions & balanced::construct_static) != 0) {
-      const static_cp fixed{};
-      if (fixed.check(pr_).ok()) {
-        load(fixed.pack(pr_, estimator_, buckets));
-        consider();
-      }
-    }
     // levelled, at the area-minimal CP sizes
     if ((policy_.constructions & balanced::construct_levelled) != 0 || !with_megatron) {
       cp_ = base_cp;
@@ -133,8 +124,16 @@ public:
         allowed = std::max(allowed, static_cast<std::size_t>(k_));
       consider();
     }
-    // targeted, with CP raising, at the fewest rounds that pack
-    // the targeted construction rarely wins on large batches: it runs with the megatron one
+    // static: one CP size for all, heaviest first onto the least-loaded slot (strong when the
+    // batch needs one size anyway: short-only, capped rollouts); with the megatron one
+    if ((policy_.constructions & balanced::construct_static) != 0 && with_megatron) {
+      const static_cp fixed{};
+      if (fixed.check(pr_).ok()) {
+        load(fixed.pack(pr_, estimator_, buckets));
+        consider();
+      }
+    }
+    // targeted, with CP raising, at the fewest rounds that pack; with the megatron one
     for (std::int32_t k = k_min; (policy_.constructions & balanced::construct_targeted) != 0 &&
                                  with_megatron && static_cast<std::size_t>(k) <= allowed;
          k += o_.microbatch_multiple) {

@@ -2,7 +2,7 @@
 #pragma once
 
 #include <cstdint>
-#include <queue>
+#include <set>
 #include <string_view>
 #include <vector>
 
@@ -64,11 +64,9 @@ struct static_cp {
     std::vector<std::int32_t> order = detail::flatten(buckets);
     std::vector<double> cost(pr.size());
     std::int64_t rank_tokens = 0;
-    std::int64_t min_tokens = o.max_tokens_per_rank;
     for (std::size_t i = 0; i < pr.size(); ++i) {
       cost[i] = static_cast<double>(estimator.cost(pr.lengths[i], c));
       rank_tokens += pr.rank_tokens(i, c);
-      min_tokens = std::min(min_tokens, pr.rank_tokens(i, c));
     }
     std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
       return cost[static_cast<std::size_t>(a)] > cost[static_cast<std::size_t>(b)];
@@ -83,45 +81,44 @@ struct static_cp {
       std::vector<std::int32_t> samples;
     };
     std::vector<slot> slots;
-    using entry = std::pair<double, std::int32_t>; // (load, slot), least first
-    std::priority_queue<entry, std::vector<entry>, std::greater<>> heap;
+    std::set<std::pair<double, std::int32_t>> by_load;         // (load, slot)
+    std::set<std::pair<std::int64_t, std::int32_t>> by_tokens; // (tokens, slot): most room first
     auto add_microbatches = [&](std::int32_t count) {
       for (std::int32_t i = 0; i < count * groups_per_mb; ++i) {
-        heap.emplace(0.0, static_cast<std::int32_t>(slots.size()));
+        const auto id = static_cast<std::int32_t>(slots.size());
+        by_load.emplace(0.0, id);
+        by_tokens.emplace(0, id);
         slots.emplace_back();
       }
     };
     add_microbatches(k);
-    std::vector<entry> skipped;
     for (const std::int32_t sample : order) {
       const auto s = static_cast<std::size_t>(sample);
       const std::int64_t tokens = pr.rank_tokens(s, c);
+      // the least-loaded slot with room among the first few by load, else the roomiest slot,
+      // else more rounds
       std::int32_t chosen = -1;
       while (chosen < 0) {
-        skipped.clear();
-        while (!heap.empty()) {
-          const entry top = heap.top();
-          heap.pop();
-          if (slots[static_cast<std::size_t>(top.second)].tokens + tokens <=
+        std::int32_t tries = 0;
+        for (auto it = by_load.begin(); it != by_load.end() && tries < 64; ++it, ++tries)
+          if (slots[static_cast<std::size_t>(it->second)].tokens + tokens <=
               o.max_tokens_per_rank) {
-            chosen = top.second;
+            chosen = it->second;
             break;
           }
-          // a slot with less room than the smallest sample is full for good
-          if (o.max_tokens_per_rank - slots[static_cast<std::size_t>(top.second)].tokens >=
-              min_tokens)
-            skipped.push_back(top);
-        }
-        for (const auto& e : skipped)
-          heap.push(e);
+        if (chosen < 0 && by_tokens.begin()->first + tokens <= o.max_tokens_per_rank)
+          chosen = by_tokens.begin()->second;
         if (chosen < 0)
           add_microbatches(o.microbatch_multiple); // fits nowhere: more rounds
       }
       auto& sl = slots[static_cast<std::size_t>(chosen)];
+      by_load.erase({sl.load, chosen});
+      by_tokens.erase({sl.tokens, chosen});
       sl.samples.push_back(sample);
       sl.tokens += tokens;
       sl.load += cost[s];
-      heap.emplace(sl.load, chosen);
+      by_load.emplace(sl.load, chosen);
+      by_tokens.emplace(sl.tokens, chosen);
     }
     plan p = detail::make_plan_shell(pr, name);
     p.microbatches.resize(slots.size() / static_cast<std::size_t>(groups_per_mb));
