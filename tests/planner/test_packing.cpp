@@ -275,8 +275,8 @@ TEST_CASE("balanced: extra_microbatches = 0 holds it to the token minimum or Meg
     CHECK(b.microbatches.size() <=
           std::max(m.microbatches.size(), static_cast<std::size_t>(b.metrics.min_microbatches)));
     CHECK(b.metrics.estimated_step_time <= m.metrics.estimated_step_time * (1 + 1e-12));
-    // the default may add rounds, but only when they lower the step time
+    // the default may add rounds; it still never loses to megatron_greedy
     const auto relaxed = run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{});
-    CHECK(relaxed.metrics.estimated_step_time <= b.metrics.estimated_step_time * (1 + 1e-12));
+    CHECK(relaxed.metrics.estimated_step_time <= m.metrics.estimated_step_time * (1 + 1e-12));
   }
 }

@@ -97,13 +97,15 @@ public:
               : 0;
     std::size_t allowed = static_cast<std::size_t>(k_min + extra);
     double best_step = std::numeric_limits<double>::infinity();
-    if (with_megatron) {
+    auto take_megatron = [&] {
       allowed = std::max(allowed, best.microbatches.size());
       load(best);
       improve();
       best_step = step_time();
       best = emit();
-    }
+    };
+    if (with_megatron)
+      take_megatron();
     auto consider = [&]() {
       // a construction far behind the best so far is not worth improving
       if (static_cast<std::size_t>(k_) > allowed || step_time() > 1.25 * best_step)
@@ -120,8 +122,13 @@ public:
       cp_ = base_cp;
       cost_ = base_cost;
       build_levelled(static_cast<std::int64_t>(allowed));
-      if (!with_megatron)
-        allowed = std::max(allowed, static_cast<std::size_t>(k_));
+      if (!with_megatron && static_cast<std::size_t>(k_) > allowed) {
+        // more rounds than allowed: Megatron's count is the reference after all
+        const plan levelled = emit();
+        best = megatron_greedy{}.pack(pr_, estimator_, buckets);
+        take_megatron();
+        load(levelled);
+      }
       consider();
     }
     // static: one CP size for all, heaviest first onto the least-loaded slot (strong when the
