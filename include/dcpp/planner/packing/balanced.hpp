@@ -132,8 +132,9 @@ public:
       consider();
     }
     // static: one CP size for all, heaviest first onto the least-loaded slot (strong when the
-    // batch needs one size anyway: short-only, capped rollouts); with the megatron one
-    if ((policy_.constructions & balanced::construct_static) != 0 && with_megatron) {
+    // batch needs one size anyway: short-only, capped rollouts), up to 4x the megatron limit
+    if ((policy_.constructions & balanced::construct_static) != 0 &&
+        std::int64_t{n_} * world_ <= 4 * policy_.megatron_limit) {
       const static_cp fixed{};
       if (fixed.check(pr_).ok()) {
         load(fixed.pack(pr_, estimator_, buckets));
