@@ -501,22 +501,20 @@ private:
         by_tokens[l].clear();
       }
       deferred.clear();
-      // the round's level: what a rank full of tokens costs at the work per token of the sample
-      // in the middle (by tokens) of the samples that would fill this round
+      // the round's level: what a rank full of tokens costs at the token-weighted mean work per
+      // token of the samples that would fill this round
       double level_cost = 0;
       {
         const std::int64_t capacity = std::int64_t{world_} * budget_;
         std::int64_t filled = 0;
-        std::size_t probe = 0;
-        for (; probe < remaining.size(); ++probe) {
-          const auto u = static_cast<std::size_t>(remaining[probe]);
-          filled += tokens(remaining[probe], cp_[u]) * cp_[u];
-          if (2 * filled >= capacity)
-            break;
+        double work = 0;
+        for (std::size_t k = 0; k < remaining.size() && filled < capacity; ++k) {
+          const auto u = static_cast<std::size_t>(remaining[k]);
+          const std::int64_t t = tokens(remaining[k], cp_[u]) * cp_[u];
+          filled += t;
+          work += per_token[u] * static_cast<double>(t);
         }
-        probe = std::min(probe, remaining.size() - 1);
-        level_cost =
-            per_token[static_cast<std::size_t>(remaining[probe])] * static_cast<double>(budget_);
+        level_cost = work / static_cast<double>(filled) * static_cast<double>(budget_);
       }
       auto room_left = [&] {
         for (std::size_t l = 0; l < levels; ++l)
@@ -808,26 +806,35 @@ private:
           }
         }
       }
-      // swaps with a lighter sample of a same-size group in another round, most slack first
+      // swaps: s goes to a group of another round, of any size s may use (most slack first),
+      // and one of that group's samples that may use g's size comes back
       const std::int64_t ts = tokens(s, g.cp);
-      std::int32_t tries = 0;
-      for (const auto& [neg_slack, id] : by_slack_[level_of(g.cp)]) {
-        if (++tries > policy_.candidates_per_level)
-          break;
-        const group& h = groups_[static_cast<std::size_t>(id)];
-        if (id == gid || h.mb == m)
-          continue;
-        for (const std::int32_t u : h.samples) {
-          const double wu = cost_[static_cast<std::size_t>(u)];
-          if (wu >= w)
+      for (const std::int32_t c2 : ladder(s)) {
+        const double ws2 = c2 == g.cp ? w : cost(s, c2);
+        const std::int64_t ts2 = tokens(s, c2);
+        std::int32_t tries = 0;
+        for (const auto& [neg_slack, id] : by_slack_[level_of(c2)]) {
+          if (++tries > policy_.candidates_per_level)
+            break;
+          const group& h = groups_[static_cast<std::size_t>(id)];
+          if (id == gid || h.mb == m)
             continue;
-          const std::int64_t tu = tokens(u, g.cp);
-          if (g.tokens - ts + tu > budget_ || h.tokens - tu + ts > budget_)
-            continue;
-          const double d = w - wu;
-          const double delta = std::max(second, g.load - d) - max_m + rise(h.mb, h.load + d);
-          if (delta < best.delta)
-            best = action{delta, s, id, -1, 0, 0, u};
+          for (const std::int32_t u : h.samples) {
+            const auto uu = static_cast<std::size_t>(u);
+            if (pr_.min_cp_of[uu] > g.cp)
+              continue;
+            const double wu_g = c2 == g.cp ? cost_[uu] : cost(u, g.cp);
+            const double g_new = g.load - w + wu_g;
+            if (g_new >= g.load)
+              continue;
+            if (g.tokens - ts + tokens(u, g.cp) > budget_ ||
+                h.tokens - tokens(u, c2) + ts2 > budget_)
+              continue;
+            const double h_new = h.load - cost_[uu] + ws2;
+            const double delta = std::max(second, g_new) - max_m + rise(h.mb, h_new);
+            if (delta < best.delta)
+              best = action{delta, s, id, -1, 0, 0, u};
+          }
         }
       }
     }
