@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -42,6 +43,8 @@ public:
     const double c = static_cast<double>(cp);
     return {l / c, l * l / c, c - 1.0, (c - 1.0) * l / c};
   }
+
+  [[nodiscard]] static std::string name() { return "calibrated"; }
 
   [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const noexcept {
     const auto x = features(length, cp);

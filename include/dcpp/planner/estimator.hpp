@@ -3,6 +3,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <string>
 
 namespace dcpp {
 
@@ -32,6 +33,7 @@ double microbatch_overhead(const E& e) {
 //! `length^2 / cp`: the cost model of Megatron-LM's dynamic-CP scheduler. Used for parity with
 //! Megatron's plans; it ignores the linear layers and the ring's communication.
 struct megatron_cost {
+  [[nodiscard]] static std::string name() { return "megatron"; }
   [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const noexcept {
     const auto l = static_cast<double>(length);
     return l * l / static_cast<double>(cp);

@@ -77,6 +77,8 @@ public:
     const bucket_list buckets = bucketing_.buckets(pr, work);
     throw_if_failed(check_buckets(buckets, pr.size()));
     plan p = packing_.pack(pr, estimator_, buckets);
+    if constexpr (requires { estimator_.name(); })
+      p.estimator = estimator_.name();
     canonicalize(p);
     evaluate(p, pr, estimator_);
     p.metrics.plan_seconds =
