@@ -1,10 +1,9 @@
-// Tests for include/dcpp/io/plan_svg.hpp and plan_table.hpp.
+// Tests for include/dcpp/io/plan_svg.hpp.
 #include "../support.hpp"
 
 #include <string>
 
 #include "dcpp/io/plan_svg.hpp"
-#include "dcpp/io/plan_table.hpp"
 #include "dcpp/planner/planner.hpp"
 #include "dcpp/workload/generators.hpp"
 
@@ -46,12 +45,4 @@ TEST_CASE("plan_svg: one box per group, one column per micro-batch, idle hatchin
     pos = next;
   }
   CHECK(svg.find("efficiency") != std::string::npos);
-}
-
-TEST_CASE("plan_table: one row per micro-batch and the metrics") {
-  const auto p = sample_plan();
-  const std::string table = fmt::format("{}", p);
-  CHECK(count(table, "\n") == 3 + p.microbatches.size());
-  CHECK(table.find("efficiency") != std::string::npos);
-  CHECK(table.find(fmt::format("{} micro-batch", p.microbatches.size())) != std::string::npos);
 }
