@@ -1,6 +1,8 @@
 // Tests for include/dcpp/io/plan_svg.hpp.
 #include "../support.hpp"
 
+#include "../helpers.hpp"
+
 #include <string>
 
 #include "dcpp/io/plan_svg.hpp"
@@ -8,17 +10,8 @@
 #include "dcpp/workload/generators.hpp"
 
 namespace {
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1))
-    ++n;
-  return n;
-}
 dcpp::plan sample_plan() {
-  dcpp::plan_options o;
-  o.world_size = 16;
-  o.max_tokens_per_rank = 4096;
-  return dcpp::planner<>(o).make_plan(dcpp::workload::bimodal(150, 5));
+  return dcpp::planner<>(dcpp_test::options(16, 4096)).make_plan(dcpp::workload::bimodal(150, 5));
 }
 } // namespace
 
@@ -28,8 +21,8 @@ TEST_CASE("plan_svg: one box per group, one column per micro-batch, idle hatchin
   std::size_t groups = 0;
   for (const auto& mb : p.microbatches)
     groups += mb.groups.size();
-  CHECK(count(svg, "<title>micro-batch") == groups);
-  CHECK(count(svg, "fill=\"url(#idle)\"/>") == p.microbatches.size());
+  CHECK(dcpp_test::occurrences(svg, "<title>micro-batch") == groups);
+  CHECK(dcpp_test::occurrences(svg, "fill=\"url(#idle)\"/>") == p.microbatches.size());
   CHECK(svg.rfind("<svg", 0) == 0);
   CHECK(svg.find("</svg>") != std::string::npos);
   // every rect is closed: self-closing, or followed by its </rect> before the next rect

@@ -1,6 +1,8 @@
 // Tests for include/dcpp/io/plan_table.hpp.
 #include "../support.hpp"
 
+#include "../helpers.hpp"
+
 #include <string>
 
 #include "dcpp/io/plan_table.hpp"
@@ -8,24 +10,15 @@
 #include "dcpp/workload/generators.hpp"
 
 namespace {
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1))
-    ++n;
-  return n;
-}
 dcpp::plan sample_plan() {
-  dcpp::plan_options o;
-  o.world_size = 16;
-  o.max_tokens_per_rank = 4096;
-  return dcpp::planner<>(o).make_plan(dcpp::workload::bimodal(150, 5));
+  return dcpp::planner<>(dcpp_test::options(16, 4096)).make_plan(dcpp::workload::bimodal(150, 5));
 }
 } // namespace
 
 TEST_CASE("plan_table: one row per micro-batch and the metrics") {
   const auto p = sample_plan();
   const std::string table = fmt::format("{}", p);
-  CHECK(count(table, "\n") == 3 + p.microbatches.size());
+  CHECK(dcpp_test::occurrences(table, "\n") == 3 + p.microbatches.size());
   CHECK(table.find("efficiency") != std::string::npos);
   CHECK(table.find(fmt::format("{} micro-batch", p.microbatches.size())) != std::string::npos);
 }

@@ -1,6 +1,8 @@
 // Tests for include/dcpp/planner/options.hpp.
 #include "../support.hpp"
 
+#include "../helpers.hpp"
+
 #include <string>
 #include <vector>
 
@@ -8,10 +10,7 @@
 
 namespace {
 dcpp::plan_options opts(std::int32_t n, std::int64_t m) {
-  dcpp::plan_options o;
-  o.world_size = n;
-  o.max_tokens_per_rank = m;
-  return o;
+  return dcpp_test::options(n, m);
 }
 bool mentions(const dcpp::status& s, std::initializer_list<const char*> words) {
   for (const char* w : words)

@@ -1,6 +1,8 @@
 // Tests for include/dcpp/planner/plan.hpp: evaluation, lower bound, hash, canonical form.
 #include "../support.hpp"
 
+#include "../helpers.hpp"
+
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -12,10 +14,7 @@
 
 namespace {
 dcpp::plan_options opts(std::int32_t n, std::int64_t m) {
-  dcpp::plan_options o;
-  o.world_size = n;
-  o.max_tokens_per_rank = m;
-  return o;
+  return dcpp_test::options(n, m);
 }
 
 // lengths 100, 900, 3000 on 4 ranks, M = 1000: sample 2 needs cp 4

@@ -1,6 +1,8 @@
 // Tests for include/dcpp/planner/planner.hpp: check-then-act, user policies, distributed agreement.
 #include "../support.hpp"
 
+#include "../helpers.hpp"
+
 #include <string>
 #include <vector>
 
@@ -9,10 +11,7 @@
 
 namespace {
 dcpp::plan_options opts(std::int32_t n, std::int64_t m) {
-  dcpp::plan_options o;
-  o.world_size = n;
-  o.max_tokens_per_rank = m;
-  return o;
+  return dcpp_test::options(n, m);
 }
 
 // A user's cost policy (linear attention: no quadratic term).

@@ -5,6 +5,7 @@
 #include <concepts>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -27,6 +28,28 @@ concept packing_policy = std::copyable<P> && workload_estimator<E> &&
 };
 
 namespace detail {
+
+//! First legal block of `cp` ranks that `owner` (group per rank, -1 when free) leaves free,
+//! scanning upward from `lowest_free` (no free rank lies below it); nullopt if none.
+inline std::optional<std::int32_t> first_free_block(std::span<const std::int32_t> owner,
+                                                    std::int32_t lowest_free, const plan_options& o,
+                                                    std::int32_t cp) {
+  const std::int32_t step = o.group_topology == topology::aligned ? cp : 1;
+  const auto world = static_cast<std::int32_t>(owner.size());
+  std::int32_t first = lowest_free / step * step;
+  while (first + cp <= world) {
+    std::int32_t busy = -1;
+    for (std::int32_t r = first + cp - 1; r >= first; --r)
+      if (owner[static_cast<std::size_t>(r)] >= 0) {
+        busy = r;
+        break;
+      }
+    if (busy < 0)
+      return first;
+    first = round_up(busy + 1, step);
+  }
+  return std::nullopt;
+}
 
 //! Groups of one micro-batch under construction, with per-rank ownership.
 class microbatch_state {
@@ -54,20 +77,7 @@ public:
                                                        std::int32_t cp) const {
     if (free_ < cp)
       return std::nullopt;
-    const std::int32_t step = o.group_topology == topology::aligned ? cp : 1;
-    std::int32_t first = lowest_free_ / step * step;
-    while (first + cp <= world_size()) {
-      std::int32_t busy = -1;
-      for (std::int32_t r = first + cp - 1; r >= first; --r)
-        if (owner_[static_cast<std::size_t>(r)] >= 0) {
-          busy = r;
-          break;
-        }
-      if (busy < 0)
-        return first;
-      first = round_up(busy + 1, step);
-    }
-    return std::nullopt;
+    return first_free_block(owner_, lowest_free_, o, cp);
   }
 
   //! Opens an empty group on free ranks [first, first+cp); returns its index.

@@ -313,20 +313,10 @@ private:
   [[nodiscard]] std::optional<std::int32_t> free_block(std::int32_t mb, std::int32_t cp) {
     if (free_[static_cast<std::size_t>(mb)] < cp)
       return std::nullopt;
-    const std::int32_t step = o_.group_topology == topology::aligned ? cp : 1;
-    std::int32_t first = lowest_free_[static_cast<std::size_t>(mb)] / step * step;
-    while (first + cp <= world_) {
-      std::int32_t busy = -1;
-      for (std::int32_t r = first + cp - 1; r >= first; --r)
-        if (owner(mb, r) >= 0) {
-          busy = r;
-          break;
-        }
-      if (busy < 0)
-        return first;
-      first = round_up(busy + 1, step);
-    }
-    return std::nullopt;
+    const std::span<const std::int32_t> ranks(owner_.data() + static_cast<std::size_t>(mb) *
+                                                                  static_cast<std::size_t>(world_),
+                                              static_cast<std::size_t>(world_));
+    return first_free_block(ranks, lowest_free_[static_cast<std::size_t>(mb)], o_, cp);
   }
 
   void set_free(std::int32_t mb, std::int32_t delta) {
