@@ -1,0 +1,25 @@
+#!/usr/bin/env python3
+"""Fails if a snippet quoted in the docs differs from the compiled example it is cut from.
+
+A snippet is the text between two `// [name]` markers in an example; the docs quote it
+dedented by the marker's indentation.
+"""
+import pathlib
+import re
+import sys
+
+root = pathlib.Path(sys.argv[1])
+quotes = {"examples/plan_batch.cpp": ["README.md"]}
+failed = False
+for source, docs in quotes.items():
+    text = (root / source).read_text()
+    for match in re.finditer(r"^( *)// \[([\w-]+)\]\n(.*?)^\1// \[\2\]\n", text, re.M | re.S):
+        indent = len(match.group(1))
+        snippet = "\n".join(line[indent:] for line in match.group(3).rstrip().splitlines())
+        for doc in docs:
+            if snippet not in (root / doc).read_text():
+                print(f"{doc} does not quote [{match.group(2)}] of {source} as it is now")
+                failed = True
+            else:
+                print(f"ok: {doc} quotes [{match.group(2)}] of {source}")
+sys.exit(1 if failed else 0)
