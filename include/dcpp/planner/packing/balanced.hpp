@@ -1,5 +1,5 @@
-// balanced: dcpp's packing policy. Fix the micro-batch count from the token budget, pack work
-// first-fit-decreasing into equal per-rank targets, then improve with moves and swaps.
+// balanced: dcpp's packing policy. Several constructions of rounds, each improved by moves and
+// swaps that lower the step time; the fastest plan within the micro-batch allowance is kept.
 #pragma once
 
 #include <algorithm>
@@ -23,23 +23,26 @@ class balanced_engine;
 }
 
 //! dcpp's own packing policy: several constructions, each improved by local search, the best
-//! kept.
+//! kept (docs/policies.md tells the whole story).
 //! * CP size per sample: the legal size with the least rank-time area `cp * cost`.
 //! * Constructions:
 //!   - `levelled`: rounds built one after another from samples sorted by work per token, each
 //!     filled to the token budget by longest-processing-time-first onto its groups, so that a
-//!     round holds samples of similar work per token and its ranks end level;
-//!   - `targeted` (with CP raising): the micro-batch count fixed at the token lower bound, the
-//!     target `T = area / (N*K)` per rank and round, samples costlier than T moved to a larger
-//!     CP size that brings them under T, then best fit into groups within T, new groups on the
-//!     roomiest round, and the least step-time increase for the rest;
-//!   - `megatron`: the plan of `megatron_greedy`.
+//!     round holds samples of similar work per token and its ranks end level; samples above the
+//!     round's level spread over larger groups, paid from the token slack of the allowed rounds;
+//!   - `targeted` (small batches): the micro-batch count fixed at the token lower bound, a
+//!     target `T = area / (N*K)` per rank and round, samples costlier than T on larger groups,
+//!     best fit into groups within T, new groups on the roomiest round, the least step-time
+//!     increase for the rest;
+//!   - `megatron`, `static` (small batches): the plans of `megatron_greedy` and `static_cp`.
 //! * Improvement: the critical group of each round gives a sample away (to the group with the
 //!   most slack under its round's maximum, or onto free ranks, at any legal CP size) or swaps it
-//!   for a lighter one, while that lowers `sum over rounds of max rank time`.
-//! * The result uses no more micro-batches than the larger of the `megatron` construction and
-//!   the token lower bound plus `extra_microbatches`; among those, the lowest step time wins, so
-//!   a `balanced` plan is never slower than `megatron_greedy`'s under the same estimator.
+//!   with a sample of another round, while that lowers the step time (`sum over rounds of max
+//!   rank time`, plus the estimator's micro-batch overhead per round).
+//! * Micro-batches: the token lower bound plus `extra_microbatches` (default: a quarter more
+//!   when the estimator prices a micro-batch), or the `megatron` construction's count if
+//!   larger. Where the `megatron` construction runs, a `balanced` plan is never slower than
+//!   `megatron_greedy`'s under the same estimator.
 struct balanced {
   static constexpr std::string_view name = "balanced";
   std::int32_t improvement_sweeps = 16;  //!< bound on sweeps over the rounds
