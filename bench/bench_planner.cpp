@@ -1,16 +1,13 @@
 // Planner benchmark: every policy on seeded workloads (and the shared reference workloads),
 // step time under one estimator, efficiency against the lower bound, planning time.
-#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "dcpp/dcpp.hpp"
 #include "dcpp/workload/generators.hpp"
@@ -141,14 +138,11 @@ std::vector<bench_case> reference_cases(const std::filesystem::path& dir) {
   std::sort(files.begin(), files.end());
   for (const auto& f : files) {
     std::ifstream in(f);
-    const auto j = nlohmann::json::parse(in);
-    plan_options o = make_options(j.at("total_gpus").get<std::int32_t>(),
-                                  j.at("max_seq_len_per_rank").get<std::int64_t>());
-    if (j.contains("min_cp_size"))
-      o.min_cp = j["min_cp_size"].get<std::int32_t>();
-    if (j.contains("vpp_microbatch_group_size") && !j["vpp_microbatch_group_size"].is_null())
-      o.microbatch_multiple = j["vpp_microbatch_group_size"].get<std::int32_t>();
-    cases.push_back({f.stem().string(), j.at("seqlens").get<std::vector<std::int64_t>>(), o});
+    dcpp::batch_input batch = dcpp::read_batch(in, f.string());
+    plan_options o = make_options(batch.world_size.value(), batch.max_tokens_per_rank.value(),
+                                  batch.microbatch_multiple.value_or(1));
+    o.min_cp = batch.min_cp.value_or(1);
+    cases.push_back({f.stem().string(), std::move(batch.lengths), o});
   }
   return cases;
 }

@@ -1,5 +1,6 @@
 // dcpp-plan: plans dynamic context parallelism for a batch of sample lengths; prints a table,
 // writes the dcpp-plan/1 JSON and an SVG picture.
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <iostream>

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dcpp/io/batch_input.hpp"
 #include "dcpp/io/plan_json.hpp"
 #include "dcpp/planner/packing/megatron_greedy.hpp"
 #include "dcpp/planner/planner.hpp"
@@ -42,15 +43,14 @@ std::vector<reference> load_references() {
     if (path.extension() != ".json" || path.string().find("megatron_dcp_plan") != std::string::npos)
       continue;
     std::ifstream in(path);
-    const auto j = nlohmann::json::parse(in);
+    dcpp::batch_input batch = dcpp::read_batch(in, path.string());
     reference r;
     r.name = path.stem().string();
-    r.options.world_size = j.at("total_gpus").get<std::int32_t>();
-    r.options.max_tokens_per_rank = j.at("max_seq_len_per_rank").get<std::int64_t>();
-    r.options.min_cp = j.at("min_cp_size").get<std::int32_t>();
-    if (!j.at("vpp_microbatch_group_size").is_null())
-      r.options.microbatch_multiple = j.at("vpp_microbatch_group_size").get<std::int32_t>();
-    r.lengths = j.at("seqlens").get<std::vector<std::int64_t>>();
+    r.options.world_size = batch.world_size.value();
+    r.options.max_tokens_per_rank = batch.max_tokens_per_rank.value();
+    r.options.min_cp = batch.min_cp.value();
+    r.options.microbatch_multiple = batch.microbatch_multiple.value_or(1);
+    r.lengths = std::move(batch.lengths);
     std::ifstream plan_in(path.parent_path() / (r.name + ".megatron_dcp_plan.json"));
     const std::string text{std::istreambuf_iterator<char>(plan_in),
                            std::istreambuf_iterator<char>()};
