@@ -2,10 +2,10 @@
 // include/dcpp/core/zigzag.hpp: routes and volumes as pure functions of a plan.
 #include "../support.hpp"
 
-#include <cstdint>
 #include <algorithm>
-#include <utility>
+#include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "../helpers.hpp"
