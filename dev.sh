@@ -64,13 +64,24 @@ case "$cmd" in
     ;;
   bench)
     build
-    exec "$BUILD_DIR/bench/bench_planner" "$@"
+    case "${1:-}" in
+      planner | route)
+        which="$1"
+        shift
+        exec "$BUILD_DIR/bench/bench_$which" "$@"
+        ;;
+      *)
+        "$BUILD_DIR/bench/bench_planner" "$@"
+        echo
+        exec "$BUILD_DIR/bench/bench_route"
+        ;;
+    esac
     ;;
   build)
     build
     ;;
   *)
-    echo "usage: ./dev.sh demo | test [MESON TEST ARGS] | plan ARGS | bench [ARGS] | build" >&2
+    echo "usage: ./dev.sh demo | test [MESON TEST ARGS] | plan ARGS | bench [planner|route] [ARGS] | build" >&2
     exit 2
     ;;
 esac

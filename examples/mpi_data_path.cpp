@@ -20,9 +20,9 @@ int main(int argc, char** argv) {
   try {
     // Each rank's data-loader shard: a long-tailed mix, different on every rank.
     // [shard]
-    using fields =
+    using shard_type =
         dcpp::token_shard<dcpp::fields::token_ids, dcpp::fields::labels, dcpp::fields::loss_mask>;
-    fields shard;
+    shard_type shard;
     shard.lengths =
         dcpp::workload::long_tail(6, 100 + static_cast<std::uint64_t>(world.rank()), 0.2, 40000);
     for (const std::int64_t length : shard.lengths)

@@ -9,7 +9,10 @@ import re
 import sys
 
 root = pathlib.Path(sys.argv[1])
-quotes = {"examples/plan_batch.cpp": ["README.md"]}
+quotes = {
+    "examples/plan_batch.cpp": ["README.md"],
+    "examples/mpi_data_path.cpp": ["docs/data-path.md"],
+}
 failed = False
 for source, docs in quotes.items():
     text = (root / source).read_text()
