@@ -1,0 +1,88 @@
+// dcpp's SIMT layer, the part every kernel body sees (device-safe): index types and the
+// collective helpers written once against any execution context. A context is either
+// `simt::cuda_context` (kernels/dcpp/simt/cuda_context.cuh, real hardware) or
+// `simt::host_context` (include/dcpp/simt/host_launcher.hpp, the CPU launcher of the tests).
+//
+// A context provides, for the calling thread:
+//   thread_index(), block_index(), block_dim(), grid_dim()  -> index3
+//   sync_block()                 barrier of all threads of the block (__syncthreads)
+//   sync_warp()                  barrier of the 32 lanes of the warp (__syncwarp, full mask)
+//   shuffle(v, src_lane)         value of `v` in lane `src_lane` (__shfl_sync, full mask)
+//   shuffle_xor(v, lane_mask)    value of `v` in lane `lane ^ lane_mask` (__shfl_xor_sync)
+//   shuffle_down(v, delta)       value of `v` in lane `lane + delta`, own value past the warp
+//   shared_array<T>(n)           the next n elements of the block's dynamic shared memory; every
+//                                thread gets the same pointer when all call it in the same order
+// Shuffles need all 32 lanes of the warp (blocks are multiples of 32 threads where they are used).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "dcpp/core/config.hpp"
+
+namespace dcpp::simt {
+
+inline constexpr int warp_size = 32;
+inline constexpr unsigned full_mask = 0xffffffffu;
+
+//! Grid, block and thread coordinates (like CUDA's dim3 / uint3).
+struct index3 {
+  unsigned x = 1, y = 1, z = 1;
+  DCPP_HOST_DEVICE constexpr std::size_t volume() const noexcept {
+    return static_cast<std::size_t>(x) * y * z;
+  }
+};
+
+//! Linear index of the calling thread inside its block (x fastest).
+template <class Ctx>
+DCPP_HOST_DEVICE unsigned thread_rank(const Ctx& ctx) noexcept {
+  const index3 t = ctx.thread_index(), d = ctx.block_dim();
+  return t.x + d.x * (t.y + d.y * t.z);
+}
+
+template <class Ctx>
+DCPP_HOST_DEVICE unsigned lane_of(const Ctx& ctx) noexcept {
+  return thread_rank(ctx) % warp_size;
+}
+
+template <class Ctx>
+DCPP_HOST_DEVICE unsigned warp_of(const Ctx& ctx) noexcept {
+  return thread_rank(ctx) / warp_size;
+}
+
+//! Butterfly sum over the 32 lanes; every lane gets the total.
+template <class Ctx, class T>
+DCPP_HOST_DEVICE T warp_sum(Ctx& ctx, T value) {
+  for (int offset = warp_size / 2; offset > 0; offset /= 2)
+    value += ctx.shuffle_xor(value, offset);
+  return value;
+}
+
+//! Butterfly maximum over the 32 lanes; every lane gets it.
+template <class Ctx, class T>
+DCPP_HOST_DEVICE T warp_max(Ctx& ctx, T value) {
+  for (int offset = warp_size / 2; offset > 0; offset /= 2) {
+    const T other = ctx.shuffle_xor(value, offset);
+    value = other > value ? other : value;
+  }
+  return value;
+}
+
+//! Sum over the whole block (block size a multiple of 32, at most 1024); every thread gets the
+//! total. `scratch` is block-shared storage for at least 32 values. Ends with a barrier, so
+//! `scratch` may be reused right after.
+template <class Ctx, class T>
+DCPP_HOST_DEVICE T block_sum(Ctx& ctx, T value, T* scratch) {
+  const unsigned lane = lane_of(ctx), warp = warp_of(ctx);
+  const unsigned warps = static_cast<unsigned>(ctx.block_dim().volume() / warp_size);
+  value = warp_sum(ctx, value);
+  if (lane == 0)
+    scratch[warp] = value;
+  ctx.sync_block();
+  T total = lane < warps ? scratch[lane] : T{};
+  total = warp_sum(ctx, total);
+  ctx.sync_block();
+  return total;
+}
+
+} // namespace dcpp::simt

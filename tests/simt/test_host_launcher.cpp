@@ -1,0 +1,134 @@
+// Tests for include/dcpp/simt/host_launcher.hpp and the helpers of include/dcpp/core/simt.hpp:
+// indices, block barriers, warp shuffles, shared memory, deadlock and error reporting.
+#include "../support.hpp"
+
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "dcpp/core/simt.hpp"
+#include "dcpp/simt/host_launcher.hpp"
+
+using dcpp::simt::host_context;
+using dcpp::simt::index3;
+using dcpp::simt::launch_shape;
+
+TEST_CASE("host_launch: every thread of every block runs once with its indices") {
+  for (unsigned workers : {1u, 2u}) {
+    const launch_shape shape{{3, 2, 2}, {5, 3, 2}, 0};
+    std::vector<int> hits(shape.grid.volume() * shape.block.volume(), 0);
+    dcpp::simt::host_launch(
+        shape,
+        [&](host_context& ctx) {
+          const index3 b = ctx.block_index(), g = ctx.grid_dim();
+          const std::size_t block = b.x + g.x * (b.y + g.y * b.z);
+          ++hits[block * ctx.block_dim().volume() + dcpp::simt::thread_rank(ctx)];
+        },
+        {.workers = workers});
+    for (int h : hits)
+      CHECK(h == 1);
+  }
+}
+
+TEST_CASE("host_launch: a block barrier orders shared-memory writes before reads") {
+  const unsigned n = 200; // not a multiple of 32: a partial last warp
+  std::vector<unsigned> out(n * 3);
+  dcpp::simt::host_launch(launch_shape{{3, 1, 1}, {n, 1, 1}, n * sizeof(unsigned)},
+                          [&](host_context& ctx) {
+                            unsigned* s = ctx.shared_array<unsigned>(n);
+                            const unsigned t = ctx.thread_index().x;
+                            s[t] = t * 7 + ctx.block_index().x;
+                            ctx.sync_block();
+                            out[ctx.block_index().x * n + t] = s[n - 1 - t];
+                          });
+  for (unsigned b = 0; b < 3; ++b)
+    for (unsigned t = 0; t < n; ++t)
+      CHECK(out[b * n + t] == (n - 1 - t) * 7 + b);
+}
+
+TEST_CASE("host_launch: warp shuffles and reductions") {
+  std::mt19937_64 rng(3);
+  std::vector<double> in(96);
+  for (auto& x : in)
+    x = std::uniform_real_distribution<double>(-1, 1)(rng);
+  std::vector<double> sums(96), maxima(96), broadcast(96), down(96), block(96);
+  dcpp::simt::host_launch(launch_shape{{1, 1, 1}, {96, 1, 1}, 32 * sizeof(double)},
+                          [&](host_context& ctx) {
+                            const unsigned t = ctx.thread_index().x;
+                            double* scratch = ctx.shared_array<double>(32);
+                            sums[t] = dcpp::simt::warp_sum(ctx, in[t]);
+                            maxima[t] = dcpp::simt::warp_max(ctx, in[t]);
+                            broadcast[t] = ctx.shuffle(in[t], 5);
+                            down[t] = ctx.shuffle_down(in[t], 3u);
+                            block[t] = dcpp::simt::block_sum(ctx, in[t], scratch);
+                          });
+  double total = 0;
+  for (unsigned w = 0; w < 3; ++w) {
+    double s = 0, m = -2;
+    for (unsigned l = 0; l < 32; ++l) {
+      s += in[w * 32 + l];
+      m = std::max(m, in[w * 32 + l]);
+    }
+    total += s;
+    for (unsigned l = 0; l < 32; ++l) {
+      const unsigned t = w * 32 + l;
+      CHECK(sums[t] == doctest::Approx(s).epsilon(1e-14));
+      CHECK(maxima[t] == m);
+      CHECK(broadcast[t] == in[w * 32 + 5]);
+      CHECK(down[t] == (l + 3 < 32 ? in[t + 3] : in[t]));
+    }
+  }
+  for (unsigned t = 0; t < 96; ++t)
+    CHECK(block[t] == doctest::Approx(total).epsilon(1e-14));
+}
+
+TEST_CASE("host_launch: mismatched barriers are a deadlock error, not a hang") {
+  CHECK_THROWS_WITH_AS(dcpp::simt::host_launch(launch_shape{{2, 1, 1}, {64, 1, 1}, 0},
+                                               [](host_context& ctx) {
+                                                 if (ctx.thread_index().x < 16)
+                                                   ctx.sync_warp();
+                                                 else
+                                                   ctx.sync_block();
+                                               }),
+                       doctest::Contains("deadlock in block (0, 0, 0): 48 threads wait at a "
+                                         "block barrier, 16 at a warp collective"),
+                       dcpp::error);
+  // Threads that return early count as arrived at a block barrier (as on sm_70+).
+  int after = 0;
+  dcpp::simt::host_launch(launch_shape{{1, 1, 1}, {64, 1, 1}, 0}, [&](host_context& ctx) {
+    if (ctx.thread_index().x % 2 == 0)
+      return;
+    ctx.sync_block();
+    ++after;
+  });
+  CHECK(after == 32);
+}
+
+TEST_CASE("host_launch: errors name the field, value and limit; thread exceptions propagate") {
+  auto noop = [](host_context&) {};
+  CHECK_THROWS_WITH_AS(dcpp::simt::host_launch(launch_shape{{1, 1, 1}, {2048, 1, 1}, 0}, noop),
+                       doctest::Contains("block (2048, 1, 1) must have 1 to 1024 threads"),
+                       dcpp::error);
+  CHECK_THROWS_WITH_AS(dcpp::simt::host_launch(launch_shape{{0, 1, 1}, {32, 1, 1}, 0}, noop),
+                       doctest::Contains("grid (0, 1, 1)"), dcpp::error);
+  CHECK_THROWS_WITH_AS(
+      dcpp::simt::host_launch(launch_shape{{1, 1, 1}, {32, 1, 1}, 300 * 1024}, noop),
+      "launch: 307200 bytes of shared memory exceed the limit 232448", dcpp::error);
+  CHECK_THROWS_AS(dcpp::simt::host_launch(launch_shape{{4, 1, 1}, {32, 1, 1}, 64},
+                                          [](host_context& ctx) {
+                                            (void)ctx.shared_array<double>(9); // 72 > 64 bytes
+                                          }),
+                  dcpp_test::contract_violation);
+  for (unsigned workers : {1u, 2u})
+    CHECK_THROWS_WITH_AS(
+        dcpp::simt::host_launch(launch_shape{{8, 1, 1}, {64, 1, 1}, 0},
+                                [](host_context& ctx) {
+                                  ctx.sync_block();
+                                  if (ctx.block_index().x == 5 && ctx.thread_index().x == 3)
+                                    throw std::runtime_error("thread 3 of block 5");
+                                  ctx.sync_block();
+                                },
+                                {.workers = workers}),
+        "thread 3 of block 5", std::runtime_error);
+}
