@@ -9,6 +9,21 @@
 #define DCPP_KERNEL
 #endif
 
+//! Forced inlining of small device helpers (a call would spill registers at the call boundary).
+#if defined(__CUDACC__)
+#define DCPP_FORCE_INLINE __forceinline__
+#else
+#define DCPP_FORCE_INLINE inline
+#endif
+
+//! Full unrolling of a loop with a compile-time trip count, so that register arrays indexed by
+//! its counter stay in registers on the device (no local memory).
+#if defined(__CUDACC__)
+#define DCPP_UNROLL _Pragma("unroll")
+#else
+#define DCPP_UNROLL _Pragma("GCC unroll 16")
+#endif
+
 //! Contract check. Off in release builds unless DCPP_ENABLE_CONTRACTS is defined; tests define
 //! DCPP_CONTRACT_VIOLATION to throw so that contracts are testable.
 #ifndef DCPP_CONTRACT_VIOLATION

@@ -8,6 +8,11 @@
 
 #include "dcpp/core/config.hpp"
 
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+
 namespace dcpp {
 
 //! IEEE 754 binary16 storage.
@@ -40,6 +45,9 @@ DCPP_HOST_DEVICE inline float to_float(bfloat16 x) noexcept {
   return detail::bits_float(static_cast<std::uint32_t>(x.bits) << 16);
 }
 DCPP_HOST_DEVICE inline float to_float(half x) noexcept {
+#if defined(__CUDA_ARCH__) // the hardware conversion (same result)
+  return __half2float(__ushort_as_half(x.bits));
+#endif
   const std::uint32_t sign = static_cast<std::uint32_t>(x.bits & 0x8000u) << 16;
   std::uint32_t exponent = (x.bits >> 10) & 0x1fu;
   std::uint32_t mantissa = x.bits & 0x3ffu;
@@ -71,6 +79,9 @@ DCPP_HOST_DEVICE inline float from_float<float>(float f) noexcept {
 
 template <>
 DCPP_HOST_DEVICE inline bfloat16 from_float<bfloat16>(float f) noexcept {
+#if defined(__CUDA_ARCH__)
+  return bfloat16{__bfloat16_as_ushort(__float2bfloat16_rn(f))};
+#endif
   const std::uint32_t u = detail::float_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) // nan: keep it a quiet nan
     return bfloat16{static_cast<std::uint16_t>((u >> 16) | 0x40u)};
@@ -80,6 +91,9 @@ DCPP_HOST_DEVICE inline bfloat16 from_float<bfloat16>(float f) noexcept {
 
 template <>
 DCPP_HOST_DEVICE inline half from_float<half>(float f) noexcept {
+#if defined(__CUDA_ARCH__)
+  return half{__half_as_ushort(__float2half_rn(f))};
+#endif
   const std::uint32_t u = detail::float_bits(f);
   const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
   const std::uint32_t magnitude = u & 0x7fffffffu;

@@ -1,0 +1,409 @@
+// Causal depthwise conv1d over packed sequences, the kernel bodies (device-safe, SIMT layer):
+// y[t,c] = act(b[c] + sum_k w[c,k] * x[t-k,c]) over channel-last [tokens, channels] buffers,
+// forward and backward (dx, the halo rows' gradients, dw and db through a two-pass reduction).
+// No tap crosses a sequence boundary; a segment that starts inside a sequence (a zigzag chunk of
+// a context-parallel sample) reads the W-1 tokens before it from a halo buffer.
+// Wrapped for CUDA in causal_conv1d.cuh, run on the CPU by dcpp/conv/causal_conv1d.hpp.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "dcpp/core/config.hpp"
+#include "dcpp/core/float16.hpp"
+#include "dcpp/core/simt.hpp"
+
+namespace dcpp::kernels {
+
+//! The buffer as segments: contiguous token runs `[begin[s], begin[s+1])`, each the part of one
+//! sequence starting at global position `position[s]` of a sequence whose first `length[s]`
+//! positions are real (the rest is padding: output 0, no gradient). A segment with
+//! `position[s] > 0` reads the W-1 tokens before it from halo rows `halo[s] .. halo[s]+W-2`
+//! (ascending positions). Null `position` / `length` / `halo` mean: every segment is a whole
+//! sequence (position 0, all real, no halo). Tokens past `begin[count]` are outside every segment.
+struct conv1d_segments {
+  const std::int32_t* begin = nullptr;
+  const std::int64_t* position = nullptr;
+  const std::int64_t* length = nullptr;
+  const std::int64_t* halo = nullptr;
+  int count = 0;
+};
+
+//! Parameters of the forward and backward kernels. Elements are `T` (float, half, bfloat16),
+//! arithmetic is fp32. Weights `[channels, W]`, `w[c,k]` multiplies `x[t-k,c]`.
+template <class T>
+struct conv1d_params {
+  const T* x = nullptr;      //!< [tokens, channels]
+  const T* weight = nullptr; //!< [channels, W]
+  const T* bias = nullptr;   //!< [channels] or null
+  const T* halo_x = nullptr; //!< [halo rows, channels] or null when no segment has a halo
+  T* y = nullptr;            //!< forward output [tokens, channels]
+  const T* dy = nullptr;     //!< backward input [tokens, channels]
+  T* dx = nullptr;           //!< backward output [tokens, channels]
+  float* halo_dx = nullptr;  //!< backward output [halo rows, channels]: gradient of halo tokens
+  float* partial = nullptr;  //!< workspace [token blocks, channels, W + 1]
+  float* dweight = nullptr;  //!< [channels, W]
+  float* dbias = nullptr;    //!< [channels]
+  std::int64_t tokens = 0;
+  int channels = 0;
+  bool silu = false;
+  conv1d_segments seg;
+};
+
+//! Tile of one block: 32 threads across channel vectors (a warp reads 32 * VEC consecutive
+//! channels of a token: 512 contiguous bytes for fp32 with VEC = 4, full 128-byte lines) and 4
+//! groups of 16 consecutive tokens (each thread slides a W-token window through its run, so x is
+//! read about once). Chosen by this reasoning, not by a device measurement (none available).
+struct conv1d_tile {
+  static constexpr unsigned channel_threads = 32;
+  static constexpr unsigned token_groups = 4;
+  static constexpr unsigned tokens_per_thread = 16;
+  static constexpr unsigned tokens_per_block = token_groups * tokens_per_thread;
+};
+
+//! Dynamic shared memory of the backward kernel (per-thread dw/db partials of the block).
+template <int W, int Vec>
+constexpr std::size_t conv1d_backward_shared_bytes() {
+  return conv1d_tile::token_groups * conv1d_tile::channel_threads * Vec * (W + 1) * sizeof(float);
+}
+
+namespace detail {
+
+//! Segment holding token t (binary search over begin), or -1 when t is past the last segment.
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE int conv1d_find_segment(const conv1d_segments& seg,
+                                                           std::int64_t t) {
+  if (seg.count <= 0 || t < seg.begin[0] || t >= seg.begin[seg.count])
+    return -1;
+  int lo = 0, hi = seg.count; // begin[lo] <= t < begin[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (seg.begin[mid] <= t)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE std::int64_t conv1d_position(const conv1d_segments& seg, int s) {
+  return seg.position != nullptr ? seg.position[s] : 0;
+}
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE std::int64_t conv1d_real_length(const conv1d_segments& seg,
+                                                                   int s) {
+  return seg.length != nullptr ? seg.length[s] : seg.begin[s + 1] - seg.begin[s];
+}
+
+//! Vec consecutive channels starting at c of row `row` as floats (one vector load when Vec > 1;
+//! the launcher picks Vec > 1 only for aligned buffers with channels % Vec == 0).
+template <int Vec, class T>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void conv1d_load(const T* base, std::int64_t row, int channels,
+                                                    int c, float (&out)[Vec]) {
+  const T* p = base + row * channels + c;
+  if constexpr (Vec == 1) {
+    out[0] = to_float(p[0]);
+  } else {
+    struct alignas(sizeof(T) * Vec) pack {
+      T v[Vec];
+    };
+    pack loaded;
+#if defined(__CUDA_ARCH__)
+    loaded = *reinterpret_cast<const pack*>(p);
+#else
+    std::memcpy(&loaded, p, sizeof(pack));
+#endif
+    DCPP_UNROLL
+    for (int v = 0; v < Vec; ++v)
+      out[v] = to_float(loaded.v[v]);
+  }
+}
+
+//! x at local row u of segment s (u may precede the segment: halo row or zero before position 0).
+template <int W, int Vec, class T>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void conv1d_x_at(const conv1d_params<T>& p, int s,
+                                                    std::int64_t u, int c, float (&out)[Vec]) {
+  const std::int64_t begin = p.seg.begin[s];
+  if (u >= begin) {
+    conv1d_load<Vec>(p.x, u, p.channels, c, out);
+    return;
+  }
+  const std::int64_t d = begin - u; // 1 .. W-1 tokens before the segment
+  const std::int64_t halo = p.seg.halo != nullptr ? p.seg.halo[s] : -1;
+  if (conv1d_position(p.seg, s) - d < 0 || halo < 0 || p.halo_x == nullptr) {
+    DCPP_UNROLL
+    for (int v = 0; v < Vec; ++v)
+      out[v] = 0.0f;
+    return;
+  }
+  conv1d_load<Vec>(p.halo_x, halo + (W - 1) - d, p.channels, c, out);
+}
+
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE float conv1d_sigmoid(float z) {
+#if defined(__CUDA_ARCH__)
+  return __fdividef(1.0f, 1.0f + __expf(-z)); // IEEE division would call a spilling subroutine
+#else
+  return 1.0f / (1.0f + std::exp(-z));
+#endif
+}
+
+//! Pre-activation b + sum_k w x[t-k] at local row t of segment s.
+template <int W, int Vec, class T>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void conv1d_pre(const conv1d_params<T>& p, int s, std::int64_t t,
+                                                   int c, const float (&w)[Vec][W],
+                                                   const float (&b)[Vec], float (&pre)[Vec]) {
+  DCPP_UNROLL
+  for (int v = 0; v < Vec; ++v)
+    pre[v] = b[v];
+  DCPP_UNROLL
+  for (int k = 0; k < W; ++k) {
+    float xv[Vec];
+    conv1d_x_at<W, Vec>(p, s, t - k, c, xv);
+    DCPP_UNROLL
+    for (int v = 0; v < Vec; ++v)
+      pre[v] += w[v][k] * xv[v];
+  }
+}
+
+//! g = dy * d act / d pre at local row t of segment s; 0 on padding positions.
+template <int W, int Vec, class T>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void
+conv1d_grad_pre(const conv1d_params<T>& p, int s, std::int64_t t, int c, const float (&w)[Vec][W],
+                const float (&b)[Vec], float (&g)[Vec]) {
+  const std::int64_t position = conv1d_position(p.seg, s) + (t - p.seg.begin[s]);
+  if (position >= conv1d_real_length(p.seg, s)) {
+    DCPP_UNROLL
+    for (int v = 0; v < Vec; ++v)
+      g[v] = 0.0f;
+    return;
+  }
+  float dy[Vec];
+  conv1d_load<Vec>(p.dy, t, p.channels, c, dy);
+  if (!p.silu) {
+    DCPP_UNROLL
+    for (int v = 0; v < Vec; ++v)
+      g[v] = dy[v];
+    return;
+  }
+  float pre[Vec];
+  conv1d_pre<W, Vec>(p, s, t, c, w, b, pre);
+  DCPP_UNROLL
+  for (int v = 0; v < Vec; ++v) {
+    const float sig = conv1d_sigmoid(pre[v]);
+    g[v] = dy[v] * sig * (1.0f + pre[v] * (1.0f - sig));
+  }
+}
+
+template <int W, int Vec, class T>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void conv1d_load_weights(const conv1d_params<T>& p, int c,
+                                                            float (&w)[Vec][W], float (&b)[Vec]) {
+  DCPP_UNROLL
+  for (int v = 0; v < Vec; ++v) {
+    DCPP_UNROLL
+    for (int k = 0; k < W; ++k)
+      w[v][k] = to_float(p.weight[static_cast<std::int64_t>(c + v) * W + k]);
+    b[v] = p.bias != nullptr ? to_float(p.bias[c + v]) : 0.0f;
+  }
+}
+
+} // namespace detail
+
+//! Forward. Grid (ceil(tokens / 64), ceil(channels / (32 * Vec))), block (32, 4). Each thread
+//! slides a W-token window over its 16 tokens, re-primed at each segment start.
+template <int W, int Vec, class Ctx, class T>
+DCPP_HOST_DEVICE void conv1d_forward_body(Ctx& ctx, const conv1d_params<T>& p) {
+  static_assert(W >= 2 && W <= 4, "width 2..4");
+  using tile = conv1d_tile;
+  const simt::index3 ti = ctx.thread_index(), bi = ctx.block_index();
+  const int c = static_cast<int>((bi.y * tile::channel_threads + ti.x) * Vec);
+  if (c >= p.channels)
+    return; // no barrier in this kernel
+  float w[Vec][W], b[Vec];
+  detail::conv1d_load_weights<W, Vec>(p, c, w, b);
+  std::int64_t t =
+      (static_cast<std::int64_t>(bi.x) * tile::token_groups + ti.y) * tile::tokens_per_thread;
+  const std::int64_t end =
+      t + tile::tokens_per_thread < p.tokens ? t + tile::tokens_per_thread : p.tokens;
+  int s = detail::conv1d_find_segment(p.seg, t);
+  while (t < end) {
+    if (s < 0) { // outside every segment: zeros
+      DCPP_UNROLL
+      for (int v = 0; v < Vec; ++v)
+        p.y[t * p.channels + c + v] = from_float<T>(0.0f);
+      ++t;
+      s = detail::conv1d_find_segment(p.seg, t);
+      continue;
+    }
+    const std::int64_t seg_end = p.seg.begin[s + 1];
+    const std::int64_t first_position = detail::conv1d_position(p.seg, s) - p.seg.begin[s];
+    const std::int64_t real = detail::conv1d_real_length(p.seg, s);
+    float window[W][Vec]; // window[k] = x[t - k]
+    DCPP_UNROLL
+    for (int k = 1; k < W; ++k)
+      detail::conv1d_x_at<W, Vec>(p, s, t - k, c, window[k]);
+    for (; t < end && t < seg_end; ++t) {
+      detail::conv1d_load<Vec>(p.x, t, p.channels, c, window[0]);
+      const bool is_real = first_position + t < real;
+      DCPP_UNROLL
+      for (int v = 0; v < Vec; ++v) {
+        float acc = b[v];
+        DCPP_UNROLL
+        for (int k = 0; k < W; ++k)
+          acc += w[v][k] * window[k][v];
+        if (p.silu)
+          acc *= detail::conv1d_sigmoid(acc);
+        p.y[t * p.channels + c + v] = from_float<T>(is_real ? acc : 0.0f);
+      }
+      DCPP_UNROLL
+      for (int k = W - 1; k > 0; --k)
+        DCPP_UNROLL
+      for (int v = 0; v < Vec; ++v)
+        window[k][v] = window[k - 1][v];
+    }
+    s = t < p.tokens ? detail::conv1d_find_segment(p.seg, t) : -1;
+  }
+}
+
+//! Backward, pass 1. Same grid and block as the forward, `conv1d_backward_shared_bytes` of
+//! shared memory. Writes dx (in-segment taps only; the taps that cross into the next chunk of a
+//! context-parallel sample arrive as halo gradients from its owner and are added by
+//! `conv1d_add_rows_body`), `halo_dx` for every segment that starts in its run, and the block's
+//! dw/db partial sums to `partial[block.x]`.
+template <int W, int Vec, class Ctx, class T>
+DCPP_HOST_DEVICE void conv1d_backward_body(Ctx& ctx, const conv1d_params<T>& p) {
+  static_assert(W >= 2 && W <= 4, "width 2..4");
+  using tile = conv1d_tile;
+  const simt::index3 ti = ctx.thread_index(), bi = ctx.block_index();
+  const int c = static_cast<int>((bi.y * tile::channel_threads + ti.x) * Vec);
+  const bool active = c < p.channels;
+  float* shared =
+      ctx.template shared_array<float>(tile::token_groups * tile::channel_threads * Vec * (W + 1));
+  float dw[Vec][W] = {}, db[Vec] = {};
+  if (active) {
+    float w[Vec][W], b[Vec];
+    detail::conv1d_load_weights<W, Vec>(p, c, w, b);
+    const std::int64_t begin_run =
+        (static_cast<std::int64_t>(bi.x) * tile::token_groups + ti.y) * tile::tokens_per_thread;
+    const std::int64_t end_run = begin_run + tile::tokens_per_thread < p.tokens
+                                     ? begin_run + tile::tokens_per_thread
+                                     : p.tokens;
+    for (std::int64_t t = begin_run; t < end_run; ++t) {
+      const int s = detail::conv1d_find_segment(p.seg, t);
+      if (s < 0) {
+        DCPP_UNROLL
+        for (int v = 0; v < Vec; ++v)
+          p.dx[t * p.channels + c + v] = from_float<T>(0.0f);
+        continue;
+      }
+      const std::int64_t seg_begin = p.seg.begin[s], seg_end = p.seg.begin[s + 1];
+      // dx[t] = sum_k w[k] g[t+k] over taps inside the segment.
+      float dx[Vec] = {};
+      DCPP_UNROLL
+      for (int k = 0; k < W; ++k) {
+        if (t + k >= seg_end)
+          break;
+        float g[Vec];
+        detail::conv1d_grad_pre<W, Vec>(p, s, t + k, c, w, b, g);
+        DCPP_UNROLL
+        for (int v = 0; v < Vec; ++v)
+          dx[v] += w[v][k] * g[v];
+      }
+      DCPP_UNROLL
+      for (int v = 0; v < Vec; ++v)
+        p.dx[t * p.channels + c + v] = from_float<T>(dx[v]);
+      // dw[k] += g[t] x[t-k], db += g[t].
+      float g[Vec];
+      detail::conv1d_grad_pre<W, Vec>(p, s, t, c, w, b, g);
+      DCPP_UNROLL
+      for (int k = 0; k < W; ++k) {
+        float xv[Vec];
+        detail::conv1d_x_at<W, Vec>(p, s, t - k, c, xv);
+        DCPP_UNROLL
+        for (int v = 0; v < Vec; ++v)
+          dw[v][k] += g[v] * xv[v];
+      }
+      DCPP_UNROLL
+      for (int v = 0; v < Vec; ++v)
+        db[v] += g[v];
+      // The thread whose run holds a segment's first token writes that segment's halo rows:
+      // halo row for position begin-d gets sum_{k >= d} w[k] g[begin - d + k].
+      const std::int64_t halo = p.seg.halo != nullptr ? p.seg.halo[s] : -1;
+      if (t == seg_begin && halo >= 0 && p.halo_dx != nullptr)
+        DCPP_UNROLL
+      for (int d = 1; d < W; ++d) {
+        float acc[Vec] = {};
+        DCPP_UNROLL
+        for (int k = 0; k < W; ++k) {
+          if (k < d)
+            continue;
+          if (seg_begin - d + k >= seg_end)
+            break;
+          float gk[Vec];
+          detail::conv1d_grad_pre<W, Vec>(p, s, seg_begin - d + k, c, w, b, gk);
+          DCPP_UNROLL
+          for (int v = 0; v < Vec; ++v)
+            acc[v] += w[v][k] * gk[v];
+        }
+        DCPP_UNROLL
+        for (int v = 0; v < Vec; ++v)
+          p.halo_dx[(halo + (W - 1) - d) * p.channels + c + v] = acc[v];
+      }
+    }
+  }
+  // Block reduction of dw/db over the 4 token groups, in a fixed order (deterministic).
+  const unsigned slot = (ti.y * tile::channel_threads + ti.x) * Vec * (W + 1);
+  DCPP_UNROLL
+  for (int v = 0; v < Vec; ++v) {
+    DCPP_UNROLL
+    for (int k = 0; k < W; ++k)
+      shared[slot + v * (W + 1) + k] = dw[v][k];
+    shared[slot + v * (W + 1) + W] = db[v];
+  }
+  ctx.sync_block();
+  if (ti.y == 0 && active)
+    DCPP_UNROLL
+  for (int v = 0; v < Vec; ++v)
+    DCPP_UNROLL
+  for (int k = 0; k <= W; ++k) {
+    float sum = 0.0f;
+    DCPP_UNROLL
+    for (unsigned group = 0; group < tile::token_groups; ++group)
+      sum += shared[(group * tile::channel_threads + ti.x) * Vec * (W + 1) + v * (W + 1) + k];
+    p.partial[(static_cast<std::int64_t>(bi.x) * p.channels + c + v) * (W + 1) + k] = sum;
+  }
+}
+
+//! Backward, pass 2: dw and db from the per-block partials, summed over blocks in order. Grid
+//! ceil(channels * (W + 1) / 256), block 256.
+template <int W, class Ctx, class T>
+DCPP_HOST_DEVICE void conv1d_reduce_body(Ctx& ctx, const conv1d_params<T>& p,
+                                         std::int64_t token_blocks) {
+  const std::int64_t i = static_cast<std::int64_t>(ctx.block_index().x) *
+                             static_cast<std::int64_t>(ctx.block_dim().x) +
+                         ctx.thread_index().x;
+  if (i >= static_cast<std::int64_t>(p.channels) * (W + 1))
+    return;
+  const std::int64_t c = i / (W + 1), k = i % (W + 1);
+  float sum = 0.0f;
+  for (std::int64_t blk = 0; blk < token_blocks; ++blk)
+    sum += p.partial[(blk * p.channels + c) * (W + 1) + k];
+  if (k < W)
+    p.dweight[c * W + k] = sum;
+  else if (p.dbias != nullptr)
+    p.dbias[c] = sum;
+}
+
+//! Adds gradient rows into dx: `dx[rows[r], :] += values[r, :]` (the halo gradients returned by
+//! the owners' neighbours). Grid (rows, ceil(channels / 256)), block 256; rows are distinct.
+template <class Ctx, class T>
+DCPP_HOST_DEVICE void conv1d_add_rows_body(Ctx& ctx, T* dx, int channels, const std::int64_t* rows,
+                                           const float* values) {
+  const std::int64_t r = ctx.block_index().x;
+  const std::int64_t c =
+      static_cast<std::int64_t>(ctx.block_index().y) * ctx.block_dim().x + ctx.thread_index().x;
+  if (c >= channels)
+    return;
+  T& target = dx[rows[r] * channels + c];
+  target = from_float<T>(to_float(target) + values[r * channels + c]);
+}
+
+} // namespace dcpp::kernels
