@@ -18,7 +18,7 @@
 
 //! Full unrolling of a loop with a compile-time trip count, so that register arrays indexed by
 //! its counter stay in registers on the device (no local memory).
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__) // nvcc's device pass; its host pass goes to the host compiler
 #define DCPP_UNROLL _Pragma("unroll")
 #else
 #define DCPP_UNROLL _Pragma("GCC unroll 16")
