@@ -65,7 +65,7 @@ case "$cmd" in
   bench)
     build
     case "${1:-}" in
-      planner | route)
+      planner | route | kernels)
         which="$1"
         shift
         exec "$BUILD_DIR/bench/bench_$which" "$@"
@@ -73,7 +73,9 @@ case "$cmd" in
       *)
         "$BUILD_DIR/bench/bench_planner" "$@"
         echo
-        exec "$BUILD_DIR/bench/bench_route"
+        "$BUILD_DIR/bench/bench_route"
+        echo
+        exec "$BUILD_DIR/bench/bench_kernels"
         ;;
     esac
     ;;
@@ -81,7 +83,7 @@ case "$cmd" in
     build
     ;;
   *)
-    echo "usage: ./dev.sh demo | test [MESON TEST ARGS] | plan ARGS | bench [planner|route] [ARGS] | build" >&2
+    echo "usage: ./dev.sh demo | test [MESON TEST ARGS] | plan ARGS | bench [planner|route|kernels] [ARGS] | build" >&2
     exit 2
     ;;
 esac

@@ -17,11 +17,11 @@ namespace dcpp {
 
 //! IEEE 754 binary16 storage.
 struct half {
-  std::uint16_t bits = 0;
+  std::uint16_t bits; // no initialiser: trivially copyable storage, like __half
 };
 //! bfloat16 storage (the high half of a binary32).
 struct bfloat16 {
-  std::uint16_t bits = 0;
+  std::uint16_t bits; // no initialiser: trivially copyable storage, like __half
 };
 
 namespace detail {
