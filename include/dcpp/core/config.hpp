@@ -18,8 +18,10 @@
 
 //! Full unrolling of a loop with a compile-time trip count, so that register arrays indexed by
 //! its counter stay in registers on the device (no local memory).
-#if defined(__CUDA_ARCH__) // nvcc's device pass; its host pass goes to the host compiler
+#if defined(__CUDA_ARCH__)
 #define DCPP_UNROLL _Pragma("unroll")
+#elif defined(__CUDACC__) // nvcc's host pass: its front end rejects GCC's pragma; not needed there
+#define DCPP_UNROLL
 #else
 #define DCPP_UNROLL _Pragma("GCC unroll 16")
 #endif
