@@ -167,6 +167,12 @@ void run(C& comm, std::uint64_t seed, dcpp::placement where = dcpp::placement::l
         }
       }
     }
+    if (!l.idle()) { // the group handle works: its size is cp and it reduces over the group
+      auto g = router.group(m);
+      std::int64_t one = 1;
+      g.all_reduce(std::span<std::int64_t>(&one, 1), dcpp::reduce_op::sum);
+      expect(g.size() == l.cp && one == l.cp && g.rank() == l.rank_in_group, "group handle");
+    }
     batches.push_back(std::move(b));
   }
   comm.all_reduce(std::span<std::int64_t>(seen), dcpp::reduce_op::sum);

@@ -66,6 +66,17 @@ public:
   [[nodiscard]] std::size_t microbatches() const noexcept { return plan_.microbatches.size(); }
   [[nodiscard]] const rank_route& route(std::size_t mb) const { return routes_.at(mb); }
   [[nodiscard]] C& comm() noexcept { return comm_; }
+  //! The communicator of this rank's CP group in micro-batch `mb` (created on first use and
+  //! cached by the communicator; collective over the group's members). Throws when the rank is
+  //! idle in that micro-batch.
+  [[nodiscard]] C group(std::size_t mb) {
+    const thd_layout& l = routes_.at(mb).layout;
+    if (l.idle())
+      throw error(
+          status_code::invalid_plan,
+          fmt::format("router::group: rank {} is idle in micro-batch {}", comm_.rank(), mb));
+    return comm_.group_for(l.first_rank, l.cp);
+  }
   //! Local samples' tokens (the shard size this rank must pass).
   [[nodiscard]] std::int64_t shard_tokens() const {
     std::int64_t t = 0;
