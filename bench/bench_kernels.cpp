@@ -52,7 +52,7 @@ void conv_rows(std::int64_t tokens, int channels, int repeats, unsigned workers)
   const dcpp::simt::host_launch_options options{.workers = workers};
   const double fwd = best_ms(repeats, [&] { dcpp::conv1d_forward_on_host<W>(p, layout, options); });
   const double bwd =
-      best_ms(repeats, [&] { dcpp::conv1d_backward_on_host<W>(p, layout, options); });
+      best_ms(repeats, [&] { dcpp::conv1d_backward_on_host<W>(p, layout, nullptr, options); });
   // Plain loop: the same forward, one thread, no launcher.
   const double loop = best_ms(repeats, [&] {
     for (std::size_t s = 0; s + 1 < cu.size(); ++s)

@@ -86,9 +86,10 @@ int run(const inputs& in, const dcpp::npy_array& xa, const dcpp::npy_array& wa,
     k.tokens = rows, k.channels = in.channels, k.silu = in.silu;
     dcpp::conv1d_forward_on_host(in.width, k, layout);
     if (in.backward) {
-      dcpp::conv1d_backward_on_host(in.width, k, layout);
-      dcpp::return_halo_gradients(comm, plan, std::span<const float>(halo_dx), std::span<T>(ldx),
-                                  in.channels);
+      dcpp::conv1d_halo_gradients_on_host(in.width, k, layout);
+      const auto incoming =
+          dcpp::collect_halo_gradients(comm, plan, std::span<const float>(halo_dx), in.channels);
+      dcpp::conv1d_backward_on_host(in.width, k, layout, &incoming);
       comm.all_reduce(std::span<float>(ldw), dcpp::reduce_op::sum);
       comm.all_reduce(std::span<float>(ldb), dcpp::reduce_op::sum);
       if (comm.rank() == 0)

@@ -57,7 +57,7 @@ outputs run(const varlen_case<T>& v, const dcpp::conv1d_layout& layout, std::vec
   p.dx = dx.data(), p.dweight = dw.data(), p.dbias = db.data();
   p.tokens = layout.tokens, p.channels = v.channels, p.silu = v.silu;
   dcpp::conv1d_forward_on_host(v.width, p, layout, {.workers = 2});
-  dcpp::conv1d_backward_on_host(v.width, p, layout, {.workers = 2});
+  dcpp::conv1d_backward_on_host(v.width, p, layout, nullptr, {.workers = 2});
   outputs o;
   for (auto e : y)
     o.y.push_back(dcpp::to_float(e));

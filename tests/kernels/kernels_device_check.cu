@@ -28,7 +28,8 @@ namespace dcpp::kernels {
 // Causal conv1d: widths 2..4, every element type (both vector widths through the dispatch).
 #define DCPP_CONV1D_INSTANTIATE(W, T)                                                              \
   template cudaError_t conv1d_forward<W, T>(const conv1d_params<T>&, cudaStream_t);                \
-  template cudaError_t conv1d_backward<W, T>(const conv1d_params<T>&, cudaStream_t);
+  template cudaError_t conv1d_backward<W, T>(const conv1d_params<T>&, cudaStream_t);               \
+  template cudaError_t conv1d_halo_gradients<W, T>(const conv1d_params<T>&, cudaStream_t);
 DCPP_CONV1D_INSTANTIATE(2, float)
 DCPP_CONV1D_INSTANTIATE(3, float)
 DCPP_CONV1D_INSTANTIATE(4, float)
@@ -39,11 +40,5 @@ DCPP_CONV1D_INSTANTIATE(2, bfloat16)
 DCPP_CONV1D_INSTANTIATE(3, bfloat16)
 DCPP_CONV1D_INSTANTIATE(4, bfloat16)
 #undef DCPP_CONV1D_INSTANTIATE
-template cudaError_t conv1d_add_rows<float>(float*, int, const std::int64_t*, const float*,
-                                            std::int64_t, cudaStream_t);
-template cudaError_t conv1d_add_rows<half>(half*, int, const std::int64_t*, const float*,
-                                           std::int64_t, cudaStream_t);
-template cudaError_t conv1d_add_rows<bfloat16>(bfloat16*, int, const std::int64_t*, const float*,
-                                               std::int64_t, cudaStream_t);
 
 } // namespace dcpp::kernels

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -156,9 +157,8 @@ status check_conv1d(const kernels::conv1d_params<T>& p, const conv1d_layout& l, 
   if (p.x == nullptr || p.weight == nullptr || (!backward && p.y == nullptr) ||
       (backward && (p.dy == nullptr || p.dx == nullptr || p.dweight == nullptr)))
     return fail("conv1d: a required buffer (x, weight, y or dy, dx, dweight) is null");
-  if (l.halo_rows > 0 && (p.halo_x == nullptr || (backward && p.halo_dx == nullptr)))
-    return fail(fmt::format("conv1d: the layout has {} halo rows but halo_x{} is null", l.halo_rows,
-                            backward ? " or halo_dx" : ""));
+  if (l.halo_rows > 0 && p.halo_x == nullptr)
+    return fail(fmt::format("conv1d: the layout has {} halo rows but halo_x is null", l.halo_rows));
   return status::success();
 }
 } // namespace detail
@@ -181,14 +181,49 @@ void conv1d_forward_on_host(kernels::conv1d_params<T> p, const conv1d_layout& la
   });
 }
 
-//! Backward on the CPU: dx (in-segment taps), halo_dx, and dw/db through the two passes (the
-//! workspace is allocated here). Halo gradients from other ranks are added by
-//! `return_halo_gradients`.
+//! The halo rows' gradients on the CPU (`p.halo_dx`, `layout.halo_rows` rows): with CP, run
+//! this, send them to their owners (`collect_halo_gradients`), then the backward.
+template <int W, class T>
+void conv1d_halo_gradients_on_host(kernels::conv1d_params<T> p, const conv1d_layout& layout,
+                                   const simt::host_launch_options& options = {}) {
+  p.seg = layout.view();
+  throw_if_failed(detail::check_conv1d(p, layout, true));
+  if (layout.halo_rows == 0 || layout.segments() == 0)
+    return;
+  if (p.halo_dx == nullptr)
+    throw error(
+        status_code::invalid_option,
+        fmt::format("conv1d: the layout has {} halo rows but halo_dx is null", layout.halo_rows));
+  detail::conv1d_dispatch_vec<W>(p, [&](auto vec) {
+    constexpr int v = decltype(vec)::value;
+    simt::host_launch(
+        simt::launch_shape{{static_cast<unsigned>(layout.segments()),
+                            static_cast<unsigned>((p.channels / v + 127) / 128), 1},
+                           {128, 1, 1},
+                           0},
+        [&p](simt::host_context& ctx) { kernels::conv1d_halo_grad_body<W, v>(ctx, p); }, options);
+  });
+}
+
+//! Gradients other ranks computed for rows of this buffer, rows ascending and distinct.
+struct conv1d_incoming_gradients {
+  std::vector<std::int64_t> rows;
+  std::vector<float> values; //!< [rows, channels]
+};
+
+//! Backward on the CPU: dx (in-segment taps plus `incoming`, rounded once) and dw/db through the
+//! two passes (the workspace is allocated here).
 template <int W, class T>
 void conv1d_backward_on_host(kernels::conv1d_params<T> p, const conv1d_layout& layout,
+                             const conv1d_incoming_gradients* incoming = nullptr,
                              const simt::host_launch_options& options = {}) {
   p.seg = layout.view();
   throw_if_failed(detail::check_conv1d(p, layout, true));
+  if (incoming != nullptr && !incoming->rows.empty()) {
+    p.incoming_rows = incoming->rows.data();
+    p.incoming = incoming->values.data();
+    p.incoming_count = static_cast<std::int64_t>(incoming->rows.size());
+  }
   const std::int64_t blocks = (p.tokens + kernels::conv1d_tile::tokens_per_block - 1) /
                               kernels::conv1d_tile::tokens_per_block;
   std::vector<float> partial(static_cast<std::size_t>(std::max<std::int64_t>(blocks, 1)) *
@@ -223,12 +258,27 @@ void conv1d_forward_on_host(int width, const kernels::conv1d_params<T>& p,
   }
 }
 template <class T>
-void conv1d_backward_on_host(int width, const kernels::conv1d_params<T>& p,
-                             const conv1d_layout& layout, const simt::host_launch_options& o = {}) {
+void conv1d_halo_gradients_on_host(int width, const kernels::conv1d_params<T>& p,
+                                   const conv1d_layout& layout,
+                                   const simt::host_launch_options& o = {}) {
   switch (width) {
-  case 2: return conv1d_backward_on_host<2>(p, layout, o);
-  case 3: return conv1d_backward_on_host<3>(p, layout, o);
-  case 4: return conv1d_backward_on_host<4>(p, layout, o);
+  case 2: return conv1d_halo_gradients_on_host<2>(p, layout, o);
+  case 3: return conv1d_halo_gradients_on_host<3>(p, layout, o);
+  case 4: return conv1d_halo_gradients_on_host<4>(p, layout, o);
+  default:
+    throw error(status_code::invalid_option,
+                fmt::format("conv1d: width = {} must be 2, 3 or 4", width));
+  }
+}
+template <class T>
+void conv1d_backward_on_host(int width, const kernels::conv1d_params<T>& p,
+                             const conv1d_layout& layout,
+                             const conv1d_incoming_gradients* incoming = nullptr,
+                             const simt::host_launch_options& o = {}) {
+  switch (width) {
+  case 2: return conv1d_backward_on_host<2>(p, layout, incoming, o);
+  case 3: return conv1d_backward_on_host<3>(p, layout, incoming, o);
+  case 4: return conv1d_backward_on_host<4>(p, layout, incoming, o);
   default:
     throw error(status_code::invalid_option,
                 fmt::format("conv1d: width = {} must be 2, 3 or 4", width));
@@ -347,17 +397,16 @@ requires(C::buffer_memory == memory_space::host)
   return halo;
 }
 
-//! Backward halo exchange (collective over the group): every rank's `halo_dx` rows go back to
-//! the owners of those tokens, which add them into `dx` (summed per row in a fixed order first,
-//! so that a token in several halos is updated once, deterministically).
-template <communicator C, class T>
-requires(C::buffer_memory ==
-         memory_space::host) void return_halo_gradients(C& group, const conv1d_halo_plan& plan,
-                                                        std::span<const float> halo_dx,
-                                                        std::span<T> dx, int channels,
-                                                        const simt::host_launch_options& o = {}) {
+//! Backward halo exchange (collective over the group): every rank's `halo_dx` rows go to the
+//! owners of those tokens; each owner gets them summed per row (own halo rows first, then
+//! senders in rank order: deterministic), rows ascending, for `conv1d_backward_on_host`.
+template <communicator C>
+requires(C::buffer_memory == memory_space::host) [[nodiscard]] conv1d_incoming_gradients
+    collect_halo_gradients(C& group, const conv1d_halo_plan& plan, std::span<const float> halo_dx,
+                           int channels) {
   const auto n = static_cast<std::size_t>(group.size());
   const auto me = static_cast<std::int32_t>(group.rank());
+  const auto width = static_cast<std::size_t>(channels);
   std::vector<std::int64_t> send_counts(n, 0), recv_counts(n, 0);
   std::vector<float> send;
   for (std::size_t owner = 0; owner < n; ++owner)
@@ -376,40 +425,31 @@ requires(C::buffer_memory ==
   std::vector<float> received(static_cast<std::size_t>(total));
   group.all_to_all_v(std::span<const float>(send), std::span<const std::int64_t>(send_counts),
                      std::span<float>(received), std::span<const std::int64_t>(recv_counts));
-  // Sum per destination row: own halo rows first (need order), then senders in rank order.
-  std::vector<std::int64_t> rows;
-  std::vector<float> values;
-  auto accumulate = [&](std::int64_t row, const float* v) {
-    auto it = std::find(rows.begin(), rows.end(), row);
-    std::size_t k = static_cast<std::size_t>(it - rows.begin());
-    if (it == rows.end()) {
-      rows.push_back(row);
-      values.resize(values.size() + static_cast<std::size_t>(channels), 0.0f);
-    }
-    for (int c = 0; c < channels; ++c)
-      values[k * static_cast<std::size_t>(channels) + static_cast<std::size_t>(c)] += v[c];
-  };
+  // (row, contribution) in a fixed order, then a stable sort by row and a sum per row.
+  std::vector<std::pair<std::int64_t, const float*>> parts;
   for (const auto& need : plan.needs)
     if (need.owner == me)
-      accumulate(need.owner_row, halo_dx.data() + need.halo_row * channels);
+      parts.emplace_back(need.owner_row, halo_dx.data() + need.halo_row * channels);
   std::size_t at = 0;
   for (std::size_t q = 0; q < n; ++q)
     if (static_cast<std::int32_t>(q) != me && q < plan.sends.size())
       for (const std::int64_t row : plan.sends[q]) {
-        accumulate(row, received.data() + at);
-        at += static_cast<std::size_t>(channels);
+        parts.emplace_back(row, received.data() + at);
+        at += width;
       }
-  if (rows.empty())
-    return;
-  simt::host_launch(
-      simt::launch_shape{
-          {static_cast<unsigned>(rows.size()), static_cast<unsigned>((channels + 255) / 256), 1},
-          {256, 1, 1},
-          0},
-      [&](simt::host_context& ctx) {
-        kernels::conv1d_add_rows_body(ctx, dx.data(), channels, rows.data(), values.data());
-      },
-      o);
+  std::stable_sort(parts.begin(), parts.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  conv1d_incoming_gradients out;
+  for (const auto& [row, values] : parts) {
+    if (out.rows.empty() || out.rows.back() != row) {
+      out.rows.push_back(row);
+      out.values.resize(out.values.size() + width, 0.0f);
+    }
+    float* sum = out.values.data() + (out.rows.size() - 1) * width;
+    for (std::size_t c = 0; c < width; ++c)
+      sum[c] += values[c];
+  }
+  return out;
 }
 
 } // namespace dcpp

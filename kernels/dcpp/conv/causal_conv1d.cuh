@@ -33,11 +33,10 @@ __global__ void __launch_bounds__(256)
   conv1d_reduce_body<W>(ctx, p, token_blocks);
 }
 
-template <class T>
-__global__ void __launch_bounds__(256)
-    conv1d_add_rows_kernel(T* dx, int channels, const std::int64_t* rows, const float* values) {
+template <int W, int Vec, class T>
+__global__ void __launch_bounds__(128) conv1d_halo_grad_kernel(conv1d_params<T> p) {
   simt::cuda_context ctx;
-  conv1d_add_rows_body(ctx, dx, channels, rows, values);
+  conv1d_halo_grad_body<W, Vec>(ctx, p);
 }
 
 //! Channels per thread: 16-byte vectors when every buffer is aligned and channels divide.
@@ -79,7 +78,8 @@ inline std::size_t conv1d_backward_workspace_bytes(std::int64_t tokens, int chan
 }
 
 //! Backward; `p.partial` must hold `conv1d_backward_workspace_bytes` bytes (two-phase: ask,
-//! allocate, run). Halo gradients are added afterwards with `conv1d_add_rows`.
+//! allocate, run). With CP, set `p.incoming_*` to the halo gradients received from the ranks
+//! holding the next chunks (`conv1d_halo_gradients` there, then the exchange) first.
 template <int W, class T>
 cudaError_t conv1d_backward(const conv1d_params<T>& p, cudaStream_t stream) {
   if (p.tokens <= 0)
@@ -99,14 +99,18 @@ cudaError_t conv1d_backward(const conv1d_params<T>& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <class T>
-cudaError_t conv1d_add_rows(T* dx, int channels, const std::int64_t* rows, const float* values,
-                            std::int64_t count, cudaStream_t stream) {
-  if (count <= 0)
+//! Gradients of the halo rows (`p.halo_dx`), to send to their owners before the backward.
+template <int W, class T>
+cudaError_t conv1d_halo_gradients(const conv1d_params<T>& p, cudaStream_t stream) {
+  if (p.seg.count <= 0 || p.seg.halo == nullptr)
     return cudaSuccess;
-  conv1d_add_rows_kernel<<<dim3(static_cast<unsigned>(count),
-                                static_cast<unsigned>((channels + 255) / 256)),
-                           256, 0, stream>>>(dx, channels, rows, values);
+  const int vec = conv1d_vector_width(p);
+  const dim3 grid(static_cast<unsigned>(p.seg.count),
+                  static_cast<unsigned>((p.channels / vec + 127) / 128));
+  if (vec == 4)
+    conv1d_halo_grad_kernel<W, 4><<<grid, 128, 0, stream>>>(p);
+  else
+    conv1d_halo_grad_kernel<W, 1><<<grid, 128, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

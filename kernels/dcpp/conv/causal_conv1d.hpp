@@ -1,6 +1,6 @@
 // Causal depthwise conv1d over packed sequences, the kernel bodies (device-safe, SIMT layer):
 // y[t,c] = act(b[c] + sum_k w[c,k] * x[t-k,c]) over channel-last [tokens, channels] buffers,
-// forward and backward (dx, the halo rows' gradients, dw and db through a two-pass reduction).
+// forward and backward (the halo rows' gradients, dx, dw and db through a two-pass reduction).
 // No tap crosses a sequence boundary; a segment that starts inside a sequence (a zigzag chunk of
 // a context-parallel sample) reads the W-1 tokens before it from a halo buffer.
 // Wrapped for CUDA in causal_conv1d.cuh, run on the CPU by dcpp/conv/causal_conv1d.hpp.
@@ -42,9 +42,14 @@ struct conv1d_params {
   const T* dy = nullptr;     //!< backward input [tokens, channels]
   T* dx = nullptr;           //!< backward output [tokens, channels]
   float* halo_dx = nullptr;  //!< backward output [halo rows, channels]: gradient of halo tokens
-  float* partial = nullptr;  //!< workspace [token blocks, channels, W + 1]
-  float* dweight = nullptr;  //!< [channels, W]
-  float* dbias = nullptr;    //!< [channels]
+  //! Backward input: gradients of this buffer's rows computed by the ranks holding the next
+  //! chunks (their halo gradients), rows ascending and distinct; added to dx before rounding.
+  const std::int64_t* incoming_rows = nullptr;
+  const float* incoming = nullptr; //!< [incoming_count, channels]
+  std::int64_t incoming_count = 0;
+  float* partial = nullptr; //!< workspace [token blocks, channels, W + 1]
+  float* dweight = nullptr; //!< [channels, W]
+  float* dbias = nullptr;   //!< [channels]
   std::int64_t tokens = 0;
   int channels = 0;
   bool silu = false;
@@ -264,10 +269,9 @@ DCPP_HOST_DEVICE void conv1d_forward_body(Ctx& ctx, const conv1d_params<T>& p) {
 }
 
 //! Backward, pass 1. Same grid and block as the forward, `conv1d_backward_shared_bytes` of
-//! shared memory. Writes dx (in-segment taps only; the taps that cross into the next chunk of a
-//! context-parallel sample arrive as halo gradients from its owner and are added by
-//! `conv1d_add_rows_body`), `halo_dx` for every segment that starts in its run, and the block's
-//! dw/db partial sums to `partial[block.x]`.
+//! shared memory. Writes dx (the in-segment taps, plus `incoming`: the taps into the next chunk
+//! of a context-parallel sample, computed by that chunk's owner with `conv1d_halo_grad_body` and
+//! sent back) rounded once, and the block's dw/db partial sums to `partial[block.x]`.
 template <int W, int Vec, class Ctx, class T>
 DCPP_HOST_DEVICE void conv1d_backward_body(Ctx& ctx, const conv1d_params<T>& p) {
   static_assert(W >= 2 && W <= 4, "width 2..4");
@@ -307,6 +311,21 @@ DCPP_HOST_DEVICE void conv1d_backward_body(Ctx& ctx, const conv1d_params<T>& p) 
         for (int v = 0; v < Vec; ++v)
           dx[v] += w[v][k] * g[v];
       }
+      if (p.incoming_count > 0) { // the taps into the next chunk, computed by its owner
+        std::int64_t lo = 0, hi = p.incoming_count;
+        while (lo < hi) {
+          const std::int64_t mid = (lo + hi) / 2;
+          if (p.incoming_rows[mid] < t)
+            lo = mid + 1;
+          else
+            hi = mid;
+        }
+        if (lo < p.incoming_count && p.incoming_rows[lo] == t) {
+          DCPP_UNROLL
+          for (int v = 0; v < Vec; ++v)
+            dx[v] += p.incoming[lo * p.channels + c + v];
+        }
+      }
       DCPP_UNROLL
       for (int v = 0; v < Vec; ++v)
         p.dx[t * p.channels + c + v] = from_float<T>(dx[v]);
@@ -324,29 +343,6 @@ DCPP_HOST_DEVICE void conv1d_backward_body(Ctx& ctx, const conv1d_params<T>& p) 
       DCPP_UNROLL
       for (int v = 0; v < Vec; ++v)
         db[v] += g[v];
-      // The thread whose run holds a segment's first token writes that segment's halo rows:
-      // halo row for position begin-d gets sum_{k >= d} w[k] g[begin - d + k].
-      const std::int64_t halo = p.seg.halo != nullptr ? p.seg.halo[s] : -1;
-      if (t == seg_begin && halo >= 0 && p.halo_dx != nullptr)
-        DCPP_UNROLL
-      for (int d = 1; d < W; ++d) {
-        float acc[Vec] = {};
-        DCPP_UNROLL
-        for (int k = 0; k < W; ++k) {
-          if (k < d)
-            continue;
-          if (seg_begin - d + k >= seg_end)
-            break;
-          float gk[Vec];
-          detail::conv1d_grad_pre<W, Vec>(p, s, seg_begin - d + k, c, w, b, gk);
-          DCPP_UNROLL
-          for (int v = 0; v < Vec; ++v)
-            acc[v] += w[v][k] * gk[v];
-        }
-        DCPP_UNROLL
-        for (int v = 0; v < Vec; ++v)
-          p.halo_dx[(halo + (W - 1) - d) * p.channels + c + v] = acc[v];
-      }
     }
   }
   // Block reduction of dw/db over the 4 token groups, in a fixed order (deterministic).
@@ -359,16 +355,18 @@ DCPP_HOST_DEVICE void conv1d_backward_body(Ctx& ctx, const conv1d_params<T>& p) 
     shared[slot + v * (W + 1) + W] = db[v];
   }
   ctx.sync_block();
-  if (ti.y == 0 && active)
+  if (ti.y == 0 && active) {
     DCPP_UNROLL
-  for (int v = 0; v < Vec; ++v)
-    DCPP_UNROLL
-  for (int k = 0; k <= W; ++k) {
-    float sum = 0.0f;
-    DCPP_UNROLL
-    for (unsigned group = 0; group < tile::token_groups; ++group)
-      sum += shared[(group * tile::channel_threads + ti.x) * Vec * (W + 1) + v * (W + 1) + k];
-    p.partial[(static_cast<std::int64_t>(bi.x) * p.channels + c + v) * (W + 1) + k] = sum;
+    for (int v = 0; v < Vec; ++v) {
+      DCPP_UNROLL
+      for (int k = 0; k <= W; ++k) {
+        float sum = 0.0f;
+        DCPP_UNROLL
+        for (unsigned group = 0; group < tile::token_groups; ++group)
+          sum += shared[(group * tile::channel_threads + ti.x) * Vec * (W + 1) + v * (W + 1) + k];
+        p.partial[(static_cast<std::int64_t>(bi.x) * p.channels + c + v) * (W + 1) + k] = sum;
+      }
+    }
   }
 }
 
@@ -392,18 +390,40 @@ DCPP_HOST_DEVICE void conv1d_reduce_body(Ctx& ctx, const conv1d_params<T>& p,
     p.dbias[c] = sum;
 }
 
-//! Adds gradient rows into dx: `dx[rows[r], :] += values[r, :]` (the halo gradients returned by
-//! the owners' neighbours). Grid (rows, ceil(channels / 256)), block 256; rows are distinct.
-template <class Ctx, class T>
-DCPP_HOST_DEVICE void conv1d_add_rows_body(Ctx& ctx, T* dx, int channels, const std::int64_t* rows,
-                                           const float* values) {
-  const std::int64_t r = ctx.block_index().x;
-  const std::int64_t c =
-      static_cast<std::int64_t>(ctx.block_index().y) * ctx.block_dim().x + ctx.thread_index().x;
-  if (c >= channels)
+//! Gradients of the halo rows (the W-1 tokens before each chunk that does not start its sample,
+//! held by other ranks): halo row for position begin-d gets sum_{k >= d} w[k] g[begin - d + k].
+//! Runs before the exchange that sends them to their owners. Grid (segments, ceil(channels /
+//! (128 * Vec))), block 128; segments without halo rows return at once.
+template <int W, int Vec, class Ctx, class T>
+DCPP_HOST_DEVICE void conv1d_halo_grad_body(Ctx& ctx, const conv1d_params<T>& p) {
+  const int s = static_cast<int>(ctx.block_index().x);
+  const int c =
+      static_cast<int>((ctx.block_index().y * ctx.block_dim().x + ctx.thread_index().x) * Vec);
+  const std::int64_t halo = p.seg.halo != nullptr ? p.seg.halo[s] : -1;
+  if (c >= p.channels || halo < 0)
     return;
-  T& target = dx[rows[r] * channels + c];
-  target = from_float<T>(to_float(target) + values[r * channels + c]);
+  float w[Vec][W], b[Vec];
+  detail::conv1d_load_weights<W, Vec>(p, c, w, b);
+  const std::int64_t seg_begin = p.seg.begin[s], seg_end = p.seg.begin[s + 1];
+  DCPP_UNROLL
+  for (int d = 1; d < W; ++d) {
+    float acc[Vec] = {};
+    DCPP_UNROLL
+    for (int k = 0; k < W; ++k) {
+      if (k < d)
+        continue;
+      if (seg_begin - d + k >= seg_end)
+        break;
+      float g[Vec];
+      detail::conv1d_grad_pre<W, Vec>(p, s, seg_begin - d + k, c, w, b, g);
+      DCPP_UNROLL
+      for (int v = 0; v < Vec; ++v)
+        acc[v] += w[v][k] * g[v];
+    }
+    DCPP_UNROLL
+    for (int v = 0; v < Vec; ++v)
+      p.halo_dx[(halo + (W - 1) - d) * p.channels + c + v] = acc[v];
+  }
 }
 
 } // namespace dcpp::kernels
