@@ -1,12 +1,14 @@
-// Tests for include/dcpp/comm/nccl.hpp on a device: a one-rank NCCL communicator moves device
-// buffers correctly (all-gather, all-to-all-v, all-reduce, broadcast, exchange, metadata calls).
-// Built whenever NCCL is found; exits 77 (skip) when no CUDA device is present.
+// Tests for include/dcpp/comm/nccl.hpp on a device: the communicator contract suite (the same as
+// for the local and MPI backends) on device buffers, on a one-rank NCCL communicator, plus direct
+// checks. Built whenever NCCL is found; exits 77 (skip) when no CUDA device is present.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include "../support.hpp"
 
 #include <cstdio>
+#include <utility>
 #include <vector>
 
+#include "../comm/contract.hpp"
 #include "dcpp/comm/nccl.hpp"
 
 namespace {
@@ -31,12 +33,49 @@ struct device_vector {
   std::size_t n;
 };
 
+} // namespace
+
+//! The contract suite's buffers in device memory for the NCCL backend.
+template <class T>
+struct dcpp_test::contract::buffer<dcpp::nccl_communicator, T, void> {
+  explicit buffer(std::vector<T> init) : n(init.size()) {
+    dcpp::detail::cuda_check(cudaMalloc(&data, std::max<std::size_t>(n, 1) * sizeof(T)),
+                             "cudaMalloc");
+    dcpp::detail::cuda_check(cudaMemcpy(data, init.data(), n * sizeof(T), cudaMemcpyHostToDevice),
+                             "cudaMemcpy");
+  }
+  buffer(buffer&& o) noexcept : data(std::exchange(o.data, nullptr)), n(o.n) {}
+  buffer& operator=(buffer&& o) noexcept {
+    std::swap(data, o.data);
+    std::swap(n, o.n);
+    return *this;
+  }
+  ~buffer() { cudaFree(data); }
+  std::span<T> span() { return {data, n}; }
+  std::span<const T> cspan() const { return {data, n}; }
+  std::vector<T> host() const {
+    dcpp::detail::cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    std::vector<T> out(n);
+    dcpp::detail::cuda_check(cudaMemcpy(out.data(), data, n * sizeof(T), cudaMemcpyDeviceToHost),
+                             "cudaMemcpy");
+    return out;
+  }
+  T* data = nullptr;
+  std::size_t n = 0;
+};
+
+namespace {
 dcpp::nccl_communicator one_rank() {
   ncclUniqueId id{};
   dcpp::detail::nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
   return dcpp::nccl_communicator::init(id, 0, 1, nullptr);
 }
 } // namespace
+
+TEST_CASE("nccl_communicator: the communicator contract on device buffers") {
+  auto c = one_rank();
+  CHECK_NOTHROW(dcpp_test::contract::run_all(c));
+}
 
 TEST_CASE("nccl_communicator: one rank moves device buffers") {
   auto c = one_rank();
