@@ -298,7 +298,7 @@ DCPP_HOST_DEVICE void conv1d_backward_body(Ctx& ctx, const conv1d_params<T>& p) 
           p.dx[t * p.channels + c + v] = from_float<T>(0.0f);
         continue;
       }
-      const std::int64_t seg_begin = p.seg.begin[s], seg_end = p.seg.begin[s + 1];
+      const std::int64_t seg_end = p.seg.begin[s + 1];
       // dx[t] = sum_k w[k] g[t+k] over taps inside the segment.
       float dx[Vec] = {};
       DCPP_UNROLL
