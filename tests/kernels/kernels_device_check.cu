@@ -42,3 +42,23 @@ DCPP_CONV1D_INSTANTIATE(4, bfloat16)
 #undef DCPP_CONV1D_INSTANTIATE
 
 } // namespace dcpp::kernels
+
+#include "dcpp/simt/cuda_context.cuh"
+
+namespace dcpp::kernels {
+
+// The warp matrix instruction of the SIMT layer (for the attention kernels to come).
+template <class T>
+__global__ void mma_check_kernel(const simt::mma_a_fragment* a, const simt::mma_b_fragment* b,
+                                 simt::mma_accumulator* d) {
+  simt::cuda_context ctx;
+  d[threadIdx.x] = ctx.mma_m16n8k16<T>(a[threadIdx.x], b[threadIdx.x], d[threadIdx.x]);
+}
+template __global__ void mma_check_kernel<half>(const simt::mma_a_fragment*,
+                                                const simt::mma_b_fragment*,
+                                                simt::mma_accumulator*);
+template __global__ void mma_check_kernel<bfloat16>(const simt::mma_a_fragment*,
+                                                    const simt::mma_b_fragment*,
+                                                    simt::mma_accumulator*);
+
+} // namespace dcpp::kernels

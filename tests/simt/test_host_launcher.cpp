@@ -2,6 +2,7 @@
 // indices, block barriers, warp shuffles, shared memory, deadlock and error reporting.
 #include "../support.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -131,4 +132,105 @@ TEST_CASE("host_launch: errors name the field, value and limit; thread exception
                                 },
                                 {.workers = workers}),
         "thread 3 of block 5", std::runtime_error);
+}
+
+namespace {
+template <class T>
+void check_mma(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  T a[16][16], b[16][8];
+  float c[16][8], d[16][8];
+  for (auto& row : a)
+    for (auto& x : row)
+      x = dcpp::from_float<T>(u(rng));
+  for (auto& row : b)
+    for (auto& x : row)
+      x = dcpp::from_float<T>(u(rng));
+  for (auto& row : c)
+    for (auto& x : row)
+      x = u(rng);
+  // Two warps, each computing the same product from fragments loaded by the documented layout.
+  std::vector<float> out(2 * 16 * 8, 1e30f);
+  dcpp::simt::host_launch(launch_shape{{1, 1, 1}, {64, 1, 1}, 0}, [&](host_context& ctx) {
+    const unsigned lane = dcpp::simt::lane_of(ctx), warp = dcpp::simt::warp_of(ctx);
+    dcpp::simt::mma_a_fragment fa;
+    dcpp::simt::mma_b_fragment fb;
+    dcpp::simt::mma_accumulator fc;
+    for (int r = 0; r < 4; ++r) {
+      const auto lo = dcpp::simt::mma_a_coord(lane, 2 * r),
+                 hi = dcpp::simt::mma_a_coord(lane, 2 * r + 1);
+      fa.x[r] = dcpp::simt::mma_pack(a[lo.row][lo.col], a[hi.row][hi.col]);
+    }
+    for (int r = 0; r < 2; ++r) {
+      const auto lo = dcpp::simt::mma_b_coord(lane, 2 * r),
+                 hi = dcpp::simt::mma_b_coord(lane, 2 * r + 1);
+      fb.x[r] = dcpp::simt::mma_pack(b[lo.row][lo.col], b[hi.row][hi.col]);
+    }
+    for (int e = 0; e < 4; ++e) {
+      const auto at = dcpp::simt::mma_c_coord(lane, e);
+      fc.x[e] = c[at.row][at.col];
+    }
+    const auto fd = ctx.template mma_m16n8k16<T>(fa, fb, fc);
+    for (int e = 0; e < 4; ++e) {
+      const auto at = dcpp::simt::mma_c_coord(lane, e);
+      out[warp * 128 + static_cast<unsigned>(at.row * 8 + at.col)] = fd.x[e];
+    }
+  });
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n) {
+      double exact = c[r][n], scale = std::fabs(c[r][n]);
+      for (int k = 0; k < 16; ++k) {
+        const double term = static_cast<double>(dcpp::to_float(a[r][k])) * dcpp::to_float(b[k][n]);
+        exact += term;
+        scale += std::fabs(term);
+      }
+      d[r][n] = static_cast<float>(exact);
+      for (unsigned w = 0; w < 2; ++w) // products exact in fp32; 17 roundings of the sum
+        REQUIRE(std::fabs(out[w * 128 + static_cast<unsigned>(r * 8 + n)] - exact) <=
+                17 * 0x1p-24 * scale);
+    }
+  (void)d;
+}
+} // namespace
+
+TEST_CASE("host_launch: the m16n8k16 warp matrix instruction with the documented fragments") {
+  // Every element of A and B is held by exactly one (lane, element) of the layout.
+  std::vector<int> a_hits(256, 0), b_hits(128, 0), c_hits(128, 0);
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    for (int e = 0; e < 8; ++e) {
+      const auto at = dcpp::simt::mma_a_coord(lane, e);
+      ++a_hits[static_cast<std::size_t>(at.row * 16 + at.col)];
+    }
+    for (int e = 0; e < 4; ++e) {
+      const auto bt = dcpp::simt::mma_b_coord(lane, e), ct = dcpp::simt::mma_c_coord(lane, e);
+      ++b_hits[static_cast<std::size_t>(bt.row * 8 + bt.col)];
+      ++c_hits[static_cast<std::size_t>(ct.row * 8 + ct.col)];
+    }
+  }
+  for (auto h : a_hits)
+    CHECK(h == 1);
+  for (auto h : b_hits)
+    CHECK(h == 1);
+  for (auto h : c_hits)
+    CHECK(h == 1);
+  // Spot checks against the PTX ISA table: lane 5 (group 1, index 1) holds A[1][2], A[1][3],
+  // A[9][2], A[9][3], A[1][10], ...; B[2][1], B[3][1], B[10][1], B[11][1]; D[1][2], D[1][3],
+  // D[9][2], D[9][3].
+  CHECK(dcpp::simt::mma_a_coord(5, 0).row == 1);
+  CHECK(dcpp::simt::mma_a_coord(5, 1).col == 3);
+  CHECK(dcpp::simt::mma_a_coord(5, 2).row == 9);
+  CHECK(dcpp::simt::mma_a_coord(5, 4).col == 10);
+  CHECK(dcpp::simt::mma_b_coord(5, 3).row == 11);
+  CHECK(dcpp::simt::mma_b_coord(5, 3).col == 1);
+  CHECK(dcpp::simt::mma_c_coord(5, 3).row == 9);
+  CHECK(dcpp::simt::mma_c_coord(5, 3).col == 3);
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    check_mma<dcpp::half>(seed);
+    check_mma<dcpp::bfloat16>(seed);
+  }
+  CHECK_THROWS_AS(dcpp::simt::host_launch(
+                      launch_shape{{1, 1, 1}, {16, 1, 1}, 0},
+                      [](host_context& ctx) { (void)ctx.mma_m16n8k16<dcpp::half>({}, {}, {}); }),
+                  dcpp_test::contract_violation);
 }

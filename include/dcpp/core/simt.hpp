@@ -12,6 +12,8 @@
 //   shuffle_down(v, delta)       value of `v` in lane `lane + delta`, own value past the warp
 //   shared_array<T>(n)           the next n elements of the block's dynamic shared memory; every
 //                                thread gets the same pointer when all call it in the same order
+//   mma_m16n8k16<T>(a, b, c)     D = A B + C on the warp's tensor cores (T: half or bfloat16,
+//                                fp32 accumulate), fragments laid out as below
 // Shuffles need all 32 lanes of the warp (blocks are multiples of 32 threads where they are used).
 #pragma once
 
@@ -19,6 +21,7 @@
 #include <cstdint>
 
 #include "dcpp/core/config.hpp"
+#include "dcpp/core/float16.hpp"
 
 namespace dcpp::simt {
 
@@ -32,6 +35,45 @@ struct index3 {
     return static_cast<std::size_t>(x) * y * z;
   }
 };
+
+//! Fragments of the warp matrix instruction `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}`
+//! (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"): A is 16x16 row-major,
+//! B 16x8 (k x n), C and D 16x8 fp32. Lane l has group g = l / 4 and index t = l % 4 in it.
+//! A: 4 registers of two 16-bit values (low half first), elements e = 0..7 below;
+//! B: 2 registers, elements e = 0..3; C/D: 4 floats.
+struct mma_a_fragment {
+  std::uint32_t x[4];
+};
+struct mma_b_fragment {
+  std::uint32_t x[2];
+};
+struct mma_accumulator {
+  float x[4];
+};
+struct mma_coord {
+  int row, col;
+};
+
+//! (row, k) of element e (0..7) of lane's A fragment: rows g and g+8, columns 2t, 2t+1 and +8.
+DCPP_HOST_DEVICE constexpr mma_coord mma_a_coord(unsigned lane, int e) noexcept {
+  const int g = static_cast<int>(lane >> 2), t = static_cast<int>(lane & 3u);
+  return {g + ((e >> 1) & 1) * 8, t * 2 + (e & 1) + (e >> 2) * 8};
+}
+//! (k, n) of element e (0..3) of lane's B fragment: rows 2t, 2t+1 and +8, column g.
+DCPP_HOST_DEVICE constexpr mma_coord mma_b_coord(unsigned lane, int e) noexcept {
+  const int g = static_cast<int>(lane >> 2), t = static_cast<int>(lane & 3u);
+  return {t * 2 + (e & 1) + (e >> 1) * 8, g};
+}
+//! (row, n) of element e (0..3) of lane's C/D fragment: rows g and g+8, columns 2t, 2t+1.
+DCPP_HOST_DEVICE constexpr mma_coord mma_c_coord(unsigned lane, int e) noexcept {
+  const int g = static_cast<int>(lane >> 2), t = static_cast<int>(lane & 3u);
+  return {g + (e >> 1) * 8, t * 2 + (e & 1)};
+}
+//! Two 16-bit values in one register, `low` first (element 2i in the low half).
+template <class T>
+DCPP_HOST_DEVICE constexpr std::uint32_t mma_pack(T low, T high) noexcept {
+  return static_cast<std::uint32_t>(low.bits) | (static_cast<std::uint32_t>(high.bits) << 16);
+}
 
 //! Linear index of the calling thread inside its block (x fastest).
 template <class Ctx>

@@ -191,6 +191,9 @@ public:
   }
   template <class T>
   inline T* shared_array(std::size_t count);
+  template <class T>
+  inline mma_accumulator mma_m16n8k16(const mma_a_fragment& a, const mma_b_fragment& b,
+                                      const mma_accumulator& c);
 
 private:
   friend class detail::block_runner;
@@ -301,7 +304,7 @@ public:
     return shape_.shared_bytes;
   }
 
-  static constexpr std::size_t slot_bytes = 16;
+  static constexpr std::size_t slot_bytes = 32; // a shuffle value, or an A and a B fragment
 
 private:
   struct fiber {
@@ -425,6 +428,52 @@ T* host_context::shared_array(std::size_t count) {
   T* result = reinterpret_cast<T*>(runner_->shared_memory() + shared_offset_);
   shared_offset_ = end;
   return result;
+}
+
+//! The warp matrix instruction, emulated: every lane publishes its A and B registers, then
+//! computes its four D elements from the whole warp's fragments (each product exact in fp32,
+//! summed in k order with the C element first; the hardware's internal order and precision are
+//! unspecified, so device results agree to fp32 rounding of the dot products, not bit for bit).
+//! The inverse mapping below (which lane and register hold A[r][k] and B[k][n]) is written
+//! independently of mma_a_coord / mma_b_coord; the tests check that the two agree.
+template <class T>
+mma_accumulator host_context::mma_m16n8k16(const mma_a_fragment& a, const mma_b_fragment& b,
+                                           const mma_accumulator& c) {
+  static_assert(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>, "half or bfloat16");
+  const unsigned lane = id_ % warp_size, warp = id_ / warp_size;
+  DCPP_EXPECTS(runner_->lanes_in_warp(warp) == warp_size); // mma needs a full warp
+  std::memcpy(runner_->slot(id_), a.x, sizeof(a.x));
+  std::memcpy(runner_->slot(id_) + sizeof(a.x), b.x, sizeof(b.x));
+  runner_->arrive_warp(id_);
+  auto half_of = [](std::uint32_t word, int which) {
+    return T{static_cast<std::uint16_t>(which == 0 ? word & 0xffffu : word >> 16)};
+  };
+  auto read = [&](unsigned src_lane, std::size_t offset) {
+    std::uint32_t word;
+    std::memcpy(&word, runner_->slot(warp * warp_size + src_lane) + offset, sizeof(word));
+    return word;
+  };
+  auto A = [&](int r, int k) { // A[r][k]: lane 4 (r mod 8) + (k mod 8) / 2
+    const unsigned src = static_cast<unsigned>((r % 8) * 4 + (k % 8) / 2);
+    const int reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+    return to_float(half_of(read(src, static_cast<std::size_t>(reg) * 4), k % 2));
+  };
+  auto B = [&](int k, int n) { // B[k][n]: lane 4 n + (k mod 8) / 2
+    const unsigned src = static_cast<unsigned>(n * 4 + (k % 8) / 2);
+    const int reg = k >= 8 ? 1 : 0;
+    return to_float(half_of(read(src, sizeof(a.x) + static_cast<std::size_t>(reg) * 4), k % 2));
+  };
+  mma_accumulator d;
+  const int g = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + (e / 2) * 8, col = t * 2 + e % 2;
+    float acc = c.x[e];
+    for (int k = 0; k < 16; ++k)
+      acc += A(row, k) * B(k, col);
+    d.x[e] = acc;
+  }
+  runner_->arrive_warp(id_); // nobody overwrites a slot before every lane has read
+  return d;
 }
 
 //! Checks a launch shape against CUDA's limits; the message names the field, value and limit.

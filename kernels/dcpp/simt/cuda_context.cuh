@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
 
 #include "dcpp/core/simt.hpp"
 
@@ -32,6 +33,30 @@ struct cuda_context {
   template <class T>
   __device__ T shuffle_down(T value, unsigned delta) {
     return __shfl_down_sync(full_mask, value, delta);
+  }
+  //! One m16n8k16 tensor-core product, D = A B + C (sm_80 and newer).
+  template <class T>
+  __device__ mma_accumulator mma_m16n8k16(const mma_a_fragment& a, const mma_b_fragment& b,
+                                          const mma_accumulator& c) {
+    static_assert(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>, "half or bfloat16");
+    mma_accumulator d;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (std::is_same_v<T, half>)
+      asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                   "{%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+                   : "=f"(d.x[0]), "=f"(d.x[1]), "=f"(d.x[2]), "=f"(d.x[3])
+                   : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]),
+                     "f"(c.x[0]), "f"(c.x[1]), "f"(c.x[2]), "f"(c.x[3]));
+    else
+      asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                   "{%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+                   : "=f"(d.x[0]), "=f"(d.x[1]), "=f"(d.x[2]), "=f"(d.x[3])
+                   : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]),
+                     "f"(c.x[0]), "f"(c.x[1]), "f"(c.x[2]), "f"(c.x[3]));
+#else
+    __trap(); // the instruction needs sm_80
+#endif
+    return d;
   }
   template <class T>
   __device__ T* shared_array(std::size_t count) {
