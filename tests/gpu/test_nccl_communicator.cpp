@@ -10,6 +10,9 @@
 
 #include "../comm/contract.hpp"
 #include "dcpp/comm/nccl.hpp"
+#if defined(DCPP_TEST_WITH_MPI)
+#include "dcpp/comm/mpi.hpp"
+#endif
 
 namespace {
 template <class T>
@@ -70,10 +73,24 @@ dcpp::nccl_communicator one_rank() {
   dcpp::detail::nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
   return dcpp::nccl_communicator::init(id, 0, 1, nullptr);
 }
+
+//! Under mpirun: one GPU per rank, the NCCL world bootstrapped through MPI; else one rank.
+dcpp::nccl_communicator world() {
+#if defined(DCPP_TEST_WITH_MPI)
+  auto mpi = dcpp::mpi_communicator::world();
+  if (mpi.size() > 1) {
+    int devices = 0;
+    dcpp::detail::cuda_check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    dcpp::detail::cuda_check(cudaSetDevice(mpi.rank() % devices), "cudaSetDevice");
+    return dcpp::nccl_communicator::bootstrap(mpi, nullptr);
+  }
+#endif
+  return one_rank();
+}
 } // namespace
 
 TEST_CASE("nccl_communicator: the communicator contract on device buffers") {
-  auto c = one_rank();
+  auto c = world();
   CHECK_NOTHROW(dcpp_test::contract::run_all(c));
 }
 
@@ -109,6 +126,9 @@ TEST_CASE("nccl_communicator: one rank moves device buffers") {
 }
 
 int main(int argc, char** argv) {
+#if defined(DCPP_TEST_WITH_MPI)
+  dcpp::mpi_environment mpi(&argc, &argv);
+#endif
   if (!dcpp::cuda_device_present()) {
     std::puts("no CUDA device: skipping the NCCL communicator tests");
     return 77;
