@@ -68,23 +68,72 @@ concept communicator = plan_communicator<C> && std::copyable<C> &&
 };
 
 namespace detail {
-inline void check_counts(const char* call, std::span<const std::int64_t> counts, int size,
-                         std::size_t elements, const char* what) {
+// Argument checks every backend runs before a collective; `call` names the backend and the call
+// ("mpi_communicator::all_to_all_v"), so the messages say where they come from.
+
+[[noreturn]] inline void fail_call(std::string message) {
+  throw error(status_code::communication_error, std::move(message));
+}
+
+//! Counts of an all-to-all-v: one per rank, none negative, summing to at most the buffer.
+[[nodiscard]] inline status counts_status(const char* call, std::span<const std::int64_t> counts,
+                                          int size, std::size_t elements, const char* what) {
+  auto fail = [](std::string m) {
+    return status::failure(status_code::communication_error, std::move(m));
+  };
   if (counts.size() != static_cast<std::size_t>(size))
-    throw error(status_code::communication_error,
-                fmt::format("{}: {} has {} entries, expected {} (one per rank)", call, what,
+    return fail(fmt::format("{}: {} has {} entries, expected {} (one per rank)", call, what,
                             counts.size(), size));
   std::int64_t total = 0;
   for (std::size_t r = 0; r < counts.size(); ++r) {
     if (counts[r] < 0)
-      throw error(status_code::communication_error,
-                  fmt::format("{}: {}[{}] = {} is negative", call, what, r, counts[r]));
+      return fail(fmt::format("{}: {}[{}] = {} is negative", call, what, r, counts[r]));
     total += counts[r];
   }
   if (static_cast<std::size_t>(total) > elements)
-    throw error(
-        status_code::communication_error,
+    return fail(
         fmt::format("{}: {} sum to {} elements, the buffer holds {}", call, what, total, elements));
+  return status::success();
+}
+
+//! Both count vectors of an all-to-all-v (send against the input, receive against the output).
+[[nodiscard]] inline status all_to_all_counts_status(const char* call,
+                                                     std::span<const std::int64_t> send_counts,
+                                                     std::size_t in,
+                                                     std::span<const std::int64_t> recv_counts,
+                                                     std::size_t out, int size) {
+  status s = counts_status(call, send_counts, size, in, "send_counts");
+  return s.ok() ? counts_status(call, recv_counts, size, out, "recv_counts") : s;
+}
+
+//! A sender announcing a different count than its receiver expects.
+[[nodiscard]] inline status count_mismatch(const char* call, std::size_t sender, std::int64_t sent,
+                                           std::size_t receiver, std::int64_t expected) {
+  return status::failure(status_code::communication_error,
+                         fmt::format("{}: rank {} sends {} elements to rank {}, which expects {}",
+                                     call, sender, sent, receiver, expected));
+}
+
+//! The output of a fixed-count all-gather holds `size` blocks of the input's length.
+inline void check_gather_output(const char* call, std::size_t in, std::size_t out, int size) {
+  const std::size_t expected = in * static_cast<std::size_t>(size);
+  if (out != expected)
+    fail_call(fmt::format("{}: output holds {} elements, expected {} ({} ranks x {})", call, out,
+                          expected, size, in));
+}
+
+//! A root or peer rank inside the communicator (`what`: "root", "peer rank").
+inline void check_rank(const char* call, const char* what, int rank, int size) {
+  if (rank < 0 || rank >= size)
+    fail_call(fmt::format("{}: {} {} is outside [0, {})", call, what, rank, size));
+}
+
+//! A sub-group inside the communicator that contains the calling rank.
+inline void check_group(const char* call, int first_rank, int cp, int rank, int size) {
+  if (cp < 1 || first_rank < 0 || first_rank + cp > size || rank < first_rank ||
+      rank >= first_rank + cp)
+    fail_call(fmt::format("{}: group [{}, {}) must lie in [0, {}) and contain the calling rank {}",
+                          call, first_rank, first_rank + cp, size, rank));
 }
 } // namespace detail
 

@@ -194,12 +194,7 @@ public:
 
   template <transferable T>
   void all_gather(std::span<const T> in, std::span<T> out) {
-    if (out.size() != in.size() * static_cast<std::size_t>(size()))
-      throw error(status_code::communication_error,
-                  fmt::format("local_communicator::all_gather: output holds {} elements, "
-                              "expected {} ({} ranks x {})",
-                              out.size(), in.size() * static_cast<std::size_t>(size()), size(),
-                              in.size()));
+    detail::check_gather_output("local_communicator::all_gather", in.size(), out.size(), size());
     const local_post mine{"all_gather", as_bytes(in), in.size_bytes(), nullptr, sizeof(T), 0};
     ctx_->rendezvous(rank_, mine, [&](std::span<const detail::local_post> posts) {
       for (std::size_t r = 0; r < posts.size(); ++r)
@@ -235,10 +230,9 @@ public:
   template <transferable T>
   void all_to_all_v(std::span<const T> in, std::span<const std::int64_t> send_counts,
                     std::span<T> out, std::span<const std::int64_t> recv_counts) {
-    detail::check_counts("local_communicator::all_to_all_v", send_counts, size(), in.size(),
-                         "send_counts");
-    detail::check_counts("local_communicator::all_to_all_v", recv_counts, size(), out.size(),
-                         "recv_counts");
+    throw_if_failed(detail::all_to_all_counts_status("local_communicator::all_to_all_v",
+                                                     send_counts, in.size(), recv_counts,
+                                                     out.size(), size()));
     local_post mine{"all_to_all_v",     as_bytes(in), in.size_bytes(),
                     send_counts.data(), sizeof(T),    0};
     mine.recv_counts = recv_counts.data();
@@ -249,10 +243,8 @@ public:
           const std::int64_t sent = posts[s].counts[d];
           const std::int64_t expected = posts[d].recv_counts[s];
           if (sent != expected)
-            throw error(status_code::communication_error,
-                        fmt::format("local_communicator::all_to_all_v: rank {} sends {} "
-                                    "elements to rank {}, which expects {}",
-                                    s, sent, d, expected));
+            throw error(
+                detail::count_mismatch("local_communicator::all_to_all_v", s, sent, d, expected));
         }
       auto* dst = reinterpret_cast<std::byte*>(out.data());
       for (std::size_t s = 0; s < posts.size(); ++s) {
@@ -302,10 +294,7 @@ public:
 
   template <transferable T>
   void broadcast(std::span<T> inout, int root) {
-    if (root < 0 || root >= size())
-      throw error(
-          status_code::communication_error,
-          fmt::format("local_communicator::broadcast: root {} is outside [0, {})", root, size()));
+    detail::check_rank("local_communicator::broadcast", "root", root, size());
     const std::vector<T> input(inout.begin(), inout.end());
     const local_post mine{"broadcast",        as_bytes(std::span<const T>(input)),
                           inout.size_bytes(), nullptr,
@@ -332,8 +321,8 @@ public:
   template <transferable T>
   [[nodiscard]] local_exchange exchange(std::span<const T> send, int to, std::span<T> recv,
                                         int from, int tag = 0) {
-    check_peer("exchange", to);
-    check_peer("exchange", from);
+    detail::check_rank("local_communicator::exchange", "peer rank", to, size());
+    detail::check_rank("local_communicator::exchange", "peer rank", from, size());
     {
       std::lock_guard lock(ctx_->m);
       const auto* bytes = reinterpret_cast<const std::byte*>(send.data());
@@ -347,12 +336,7 @@ public:
   //! The communicator of ranks `[first_rank, first_rank + cp)` (this rank must be one of them),
   //! created by the first member that asks and cached on both the context and this handle.
   [[nodiscard]] local_communicator group_for(int first_rank, int cp) {
-    if (cp < 1 || first_rank < 0 || first_rank + cp > size() || rank_ < first_rank ||
-        rank_ >= first_rank + cp)
-      throw error(status_code::communication_error,
-                  fmt::format("local_communicator::group_for: group [{}, {}) must lie in [0, {}) "
-                              "and contain the calling rank {}",
-                              first_rank, first_rank + cp, size(), rank_));
+    detail::check_group("local_communicator::group_for", first_rank, cp, rank(), size());
     for (const auto& [key, comm] : cache_->groups)
       if (key == std::make_pair(first_rank, cp))
         return comm;
@@ -388,12 +372,6 @@ private:
     T value;
     std::memcpy(&value, p.data + i * sizeof(T), sizeof(T));
     return value;
-  }
-  void check_peer(const char* call, int peer) const {
-    if (peer < 0 || peer >= size())
-      throw error(status_code::communication_error,
-                  fmt::format("local_communicator::{}: peer rank {} is outside [0, {})", call, peer,
-                              size()));
   }
 
   std::shared_ptr<detail::local_context> ctx_;

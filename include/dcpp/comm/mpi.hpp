@@ -197,12 +197,7 @@ public:
 
   template <transferable T>
   void all_gather(std::span<const T> in, std::span<T> out) {
-    if (out.size() != in.size() * static_cast<std::size_t>(size()))
-      throw error(status_code::communication_error,
-                  fmt::format("mpi_communicator::all_gather: output holds {} elements, expected "
-                              "{} ({} ranks x {})",
-                              out.size(), in.size() * static_cast<std::size_t>(size()), size(),
-                              in.size()));
+    detail::check_gather_output("mpi_communicator::all_gather", in.size(), out.size(), size());
     check_same_everywhere(*this, in.size(), "the element count of all_gather");
     const int bytes = detail::mpi_count(in.size_bytes(), "MPI_Allgather");
     detail::mpi_check(
@@ -237,15 +232,8 @@ public:
   void all_to_all_v(std::span<const T> in, std::span<const std::int64_t> send_counts,
                     std::span<T> out, std::span<const std::int64_t> recv_counts) {
     const auto n = static_cast<std::size_t>(size());
-    status local = status::success();
-    try {
-      detail::check_counts("mpi_communicator::all_to_all_v", send_counts, size(), in.size(),
-                           "send_counts");
-      detail::check_counts("mpi_communicator::all_to_all_v", recv_counts, size(), out.size(),
-                           "recv_counts");
-    } catch (const error& e) {
-      local = e.why();
-    }
+    status local = detail::all_to_all_counts_status("mpi_communicator::all_to_all_v", send_counts,
+                                                    in.size(), recv_counts, out.size(), size());
     // What each peer will send me, against what I expect: a mismatch fails every rank.
     std::vector<std::int64_t> announced(n), incoming(n);
     for (std::size_t r = 0; r < n; ++r)
@@ -255,10 +243,8 @@ public:
         "MPI_Alltoall (all_to_all_v counts)");
     for (std::size_t s = 0; s < n && local.ok(); ++s)
       if (incoming[s] != recv_counts[s])
-        local = status::failure(status_code::communication_error,
-                                fmt::format("mpi_communicator::all_to_all_v: rank {} sends {} "
-                                            "elements to rank {}, which expects {}",
-                                            s, incoming[s], rank(), recv_counts[s]));
+        local = detail::count_mismatch("mpi_communicator::all_to_all_v", s, incoming[s],
+                                       static_cast<std::size_t>(rank()), recv_counts[s]);
     throw_unless_agreed(*this, local);
     std::vector<int> sc(n), sd(n), rc(n), rd(n);
     std::size_t so = 0, ro = 0;
@@ -292,10 +278,7 @@ public:
 
   template <transferable T>
   void broadcast(std::span<T> inout, int root) {
-    if (root < 0 || root >= size())
-      throw error(
-          status_code::communication_error,
-          fmt::format("mpi_communicator::broadcast: root {} is outside [0, {})", root, size()));
+    detail::check_rank("mpi_communicator::broadcast", "root", root, size());
     check_same_everywhere(*this, inout.size_bytes() * 4096 + static_cast<std::size_t>(root),
                           "the byte count and root of broadcast");
     detail::mpi_check(MPI_Bcast(inout.data(), detail::mpi_count(inout.size_bytes(), "MPI_Bcast"),
@@ -311,10 +294,7 @@ public:
   [[nodiscard]] mpi_exchange exchange(std::span<const T> send, int to, std::span<T> recv, int from,
                                       int tag = 0) {
     for (int peer : {to, from})
-      if (peer < 0 || peer >= size())
-        throw error(status_code::communication_error,
-                    fmt::format("mpi_communicator::exchange: peer rank {} is outside [0, {})", peer,
-                                size()));
+      detail::check_rank("mpi_communicator::exchange", "peer rank", peer, size());
     MPI_Request rr = MPI_REQUEST_NULL, sr = MPI_REQUEST_NULL;
     const int rbytes = detail::mpi_count(recv.size_bytes(), "MPI_Irecv");
     detail::mpi_check(MPI_Irecv(recv.data(), rbytes, MPI_BYTE, from, tag, native(), &rr),
@@ -331,12 +311,7 @@ public:
 
   //! The communicator of ranks `[first_rank, first_rank + cp)`; collective over its members.
   [[nodiscard]] mpi_communicator group_for(int first_rank, int cp) {
-    if (cp < 1 || first_rank < 0 || first_rank + cp > size() || rank() < first_rank ||
-        rank() >= first_rank + cp)
-      throw error(status_code::communication_error,
-                  fmt::format("mpi_communicator::group_for: group [{}, {}) must lie in [0, {}) "
-                              "and contain the calling rank {}",
-                              first_rank, first_rank + cp, size(), rank()));
+    detail::check_group("mpi_communicator::group_for", first_rank, cp, rank(), size());
     if (first_rank == 0 && cp == size())
       return *this;
     for (const auto& [key, comm] : state_->groups)

@@ -170,12 +170,7 @@ public:
 
   template <transferable T>
   void all_gather(std::span<const T> in, std::span<T> out) {
-    if (out.size() != in.size() * static_cast<std::size_t>(size()))
-      throw error(status_code::communication_error,
-                  fmt::format("nccl_communicator::all_gather: output holds {} elements, expected "
-                              "{} ({} ranks x {})",
-                              out.size(), in.size() * static_cast<std::size_t>(size()), size(),
-                              in.size()));
+    detail::check_gather_output("nccl_communicator::all_gather", in.size(), out.size(), size());
     check_same_everywhere(*this, in.size(), "the element count of all_gather");
     detail::nccl_check(
         ncclAllGather(in.data(), out.data(), in.size_bytes(), ncclChar, native(), stream()),
@@ -212,15 +207,8 @@ public:
   void all_to_all_v(std::span<const T> in, std::span<const std::int64_t> send_counts,
                     std::span<T> out, std::span<const std::int64_t> recv_counts) {
     const auto n = static_cast<std::size_t>(size());
-    status local = status::success();
-    try {
-      detail::check_counts("nccl_communicator::all_to_all_v", send_counts, size(), in.size(),
-                           "send_counts");
-      detail::check_counts("nccl_communicator::all_to_all_v", recv_counts, size(), out.size(),
-                           "recv_counts");
-    } catch (const error& e) {
-      local = e.why();
-    }
+    status local = detail::all_to_all_counts_status("nccl_communicator::all_to_all_v", send_counts,
+                                                    in.size(), recv_counts, out.size(), size());
     // Every rank's send counts, gathered, against what each rank expects.
     std::vector<std::int64_t> announced(n, 0), matrix(n * n);
     for (std::size_t r = 0; r < n && local.ok(); ++r)
@@ -229,12 +217,9 @@ public:
                 std::as_writable_bytes(std::span<std::int64_t>(matrix)));
     for (std::size_t s = 0; s < n && local.ok(); ++s)
       if (matrix[s * n + static_cast<std::size_t>(rank())] != recv_counts[s])
-        local = status::failure(
-            status_code::communication_error,
-            fmt::format("nccl_communicator::all_to_all_v: rank {} sends {} elements to rank {}, "
-                        "which expects {}",
-                        s, matrix[s * n + static_cast<std::size_t>(rank())], rank(),
-                        recv_counts[s]));
+        local = detail::count_mismatch("nccl_communicator::all_to_all_v", s,
+                                       matrix[s * n + static_cast<std::size_t>(rank())],
+                                       static_cast<std::size_t>(rank()), recv_counts[s]);
     throw_unless_agreed(*this, local);
     const auto* src = reinterpret_cast<const char*>(in.data());
     auto* dst = reinterpret_cast<char*>(out.data());
@@ -269,10 +254,7 @@ public:
 
   template <transferable T>
   void broadcast(std::span<T> inout, int root) {
-    if (root < 0 || root >= size())
-      throw error(
-          status_code::communication_error,
-          fmt::format("nccl_communicator::broadcast: root {} is outside [0, {})", root, size()));
+    detail::check_rank("nccl_communicator::broadcast", "root", root, size());
     check_same_everywhere(*this, inout.size_bytes() * 4096 + static_cast<std::size_t>(root),
                           "the byte count and root of broadcast");
     detail::nccl_check(ncclBroadcast(inout.data(), inout.data(), inout.size_bytes(), ncclChar, root,
@@ -290,10 +272,7 @@ public:
                                        int tag = 0) {
     (void)tag;
     for (int peer : {to, from})
-      if (peer < 0 || peer >= size())
-        throw error(status_code::communication_error,
-                    fmt::format("nccl_communicator::exchange: peer rank {} is outside [0, {})",
-                                peer, size()));
+      detail::check_rank("nccl_communicator::exchange", "peer rank", peer, size());
     detail::nccl_check(ncclGroupStart(), "ncclGroupStart");
     detail::nccl_check(ncclSend(send.data(), send.size_bytes(), ncclChar, to, native(), stream()),
                        "ncclSend (exchange)");
@@ -312,12 +291,7 @@ public:
   //! first rank makes a unique id and sends it to the others point-to-point, then all of them
   //! call ncclCommInitRank. Cached; destroyed in reverse order of creation.
   [[nodiscard]] nccl_communicator group_for(int first_rank, int cp) {
-    if (cp < 1 || first_rank < 0 || first_rank + cp > size() || rank() < first_rank ||
-        rank() >= first_rank + cp)
-      throw error(status_code::communication_error,
-                  fmt::format("nccl_communicator::group_for: group [{}, {}) must lie in [0, {}) "
-                              "and contain the calling rank {}",
-                              first_rank, first_rank + cp, size(), rank()));
+    detail::check_group("nccl_communicator::group_for", first_rank, cp, rank(), size());
     if (first_rank == 0 && cp == size())
       return *this;
     if (auto* cached = find_group(first_rank, cp))
