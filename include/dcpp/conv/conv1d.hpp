@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -244,45 +245,42 @@ void conv1d_backward_on_host(kernels::conv1d_params<T> p, const conv1d_layout& l
       options);
 }
 
-//! Runtime width (2..4) dispatch of the two host entry points.
-template <class T>
-void conv1d_forward_on_host(int width, const kernels::conv1d_params<T>& p,
-                            const conv1d_layout& layout, const simt::host_launch_options& o = {}) {
+namespace detail {
+//! Calls `f(std::integral_constant<int, W>{})` for a runtime width 2..4 (the kernels' template).
+template <class F>
+void with_width(int width, F&& f) {
   switch (width) {
-  case 2: return conv1d_forward_on_host<2>(p, layout, o);
-  case 3: return conv1d_forward_on_host<3>(p, layout, o);
-  case 4: return conv1d_forward_on_host<4>(p, layout, o);
+  case 2: return f(std::integral_constant<int, 2>{});
+  case 3: return f(std::integral_constant<int, 3>{});
+  case 4: return f(std::integral_constant<int, 4>{});
   default:
     throw error(status_code::invalid_option,
                 fmt::format("conv1d: width = {} must be 2, 3 or 4", width));
   }
 }
+} // namespace detail
+
+//! Runtime width (2..4) versions of the three host entry points.
+template <class T>
+void conv1d_forward_on_host(int width, const kernels::conv1d_params<T>& p,
+                            const conv1d_layout& layout, const simt::host_launch_options& o = {}) {
+  detail::with_width(width,
+                     [&](auto w) { conv1d_forward_on_host<decltype(w)::value>(p, layout, o); });
+}
 template <class T>
 void conv1d_halo_gradients_on_host(int width, const kernels::conv1d_params<T>& p,
                                    const conv1d_layout& layout,
                                    const simt::host_launch_options& o = {}) {
-  switch (width) {
-  case 2: return conv1d_halo_gradients_on_host<2>(p, layout, o);
-  case 3: return conv1d_halo_gradients_on_host<3>(p, layout, o);
-  case 4: return conv1d_halo_gradients_on_host<4>(p, layout, o);
-  default:
-    throw error(status_code::invalid_option,
-                fmt::format("conv1d: width = {} must be 2, 3 or 4", width));
-  }
+  detail::with_width(
+      width, [&](auto w) { conv1d_halo_gradients_on_host<decltype(w)::value>(p, layout, o); });
 }
 template <class T>
 void conv1d_backward_on_host(int width, const kernels::conv1d_params<T>& p,
                              const conv1d_layout& layout,
                              const conv1d_incoming_gradients* incoming = nullptr,
                              const simt::host_launch_options& o = {}) {
-  switch (width) {
-  case 2: return conv1d_backward_on_host<2>(p, layout, incoming, o);
-  case 3: return conv1d_backward_on_host<3>(p, layout, incoming, o);
-  case 4: return conv1d_backward_on_host<4>(p, layout, incoming, o);
-  default:
-    throw error(status_code::invalid_option,
-                fmt::format("conv1d: width = {} must be 2, 3 or 4", width));
-  }
+  detail::with_width(
+      width, [&](auto w) { conv1d_backward_on_host<decltype(w)::value>(p, layout, incoming, o); });
 }
 
 //! Who holds which halo token of a CP group, for one rank: a pure function of the THD layout
