@@ -62,23 +62,28 @@ inline constexpr std::size_t field_index = [] {
 }();
 } // namespace detail
 
-//! The samples a rank holds before routing (its data-loader shard): sample lengths and, per
-//! field, the tokens of all its samples back to back (sample order, `sum(lengths)` values).
+//! One vector per field (`values`, in the order of `Fields`), reached by tag: `get<F>()`.
 template <payload_field... Fields>
-struct token_shard {
-  std::vector<std::int64_t> lengths;
+struct field_columns {
   std::tuple<std::vector<typename Fields::value_type>...> values;
 
   template <payload_field F>
   [[nodiscard]] auto& get() noexcept {
-    static_assert(detail::field_index<F, Fields...> < sizeof...(Fields), "field not in the shard");
+    static_assert(detail::field_index<F, Fields...> < sizeof...(Fields), "field not among Fields");
     return std::get<detail::field_index<F, Fields...>>(values);
   }
   template <payload_field F>
   [[nodiscard]] const auto& get() const noexcept {
-    static_assert(detail::field_index<F, Fields...> < sizeof...(Fields), "field not in the shard");
+    static_assert(detail::field_index<F, Fields...> < sizeof...(Fields), "field not among Fields");
     return std::get<detail::field_index<F, Fields...>>(values);
   }
+};
+
+//! The samples a rank holds before routing (its data-loader shard): sample lengths and, per
+//! field, the tokens of all its samples back to back (sample order, `sum(lengths)` values).
+template <payload_field... Fields>
+struct token_shard : field_columns<Fields...> {
+  std::vector<std::int64_t> lengths;
 
   [[nodiscard]] std::int64_t tokens() const noexcept {
     return std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0});
@@ -101,7 +106,7 @@ struct token_shard {
                                              "the {} local sample lengths)",
                                              name, size, expected, lengths.size()));
     };
-    (check_one(Fields::name, get<Fields>().size()), ...);
+    (check_one(Fields::name, this->template get<Fields>().size()), ...);
     return result;
   }
 };
@@ -131,22 +136,10 @@ struct thd_layout {
 //! a real-token marker (0 on padding) and the routed field values (padding carries
 //! `Field::padding`).
 template <payload_field... Fields>
-struct thd_batch {
+struct thd_batch : field_columns<Fields...> {
   thd_layout layout;
   std::vector<std::int64_t> position_ids;
   std::vector<std::uint8_t> is_real;
-  std::tuple<std::vector<typename Fields::value_type>...> values;
-
-  template <payload_field F>
-  [[nodiscard]] auto& get() noexcept {
-    static_assert(detail::field_index<F, Fields...> < sizeof...(Fields), "field not routed");
-    return std::get<detail::field_index<F, Fields...>>(values);
-  }
-  template <payload_field F>
-  [[nodiscard]] const auto& get() const noexcept {
-    static_assert(detail::field_index<F, Fields...> < sizeof...(Fields), "field not routed");
-    return std::get<detail::field_index<F, Fields...>>(values);
-  }
   [[nodiscard]] std::int64_t tokens() const noexcept { return layout.tokens(); }
 };
 
