@@ -241,6 +241,7 @@ public:
 
   template <reducible T>
   void all_reduce(std::span<T> inout, reduce_op op) {
+    // count * 4 + op is one exact value per (count, op): op < 4.
     check_same_everywhere(*this, inout.size() * 4 + static_cast<std::size_t>(op),
                           "the element count and operation of all_reduce");
     detail::nccl_check(ncclAllReduce(inout.data(), inout.data(), inout.size(),
@@ -255,8 +256,8 @@ public:
   template <transferable T>
   void broadcast(std::span<T> inout, int root) {
     detail::check_rank("nccl_communicator::broadcast", "root", root, size());
-    check_same_everywhere(*this, inout.size_bytes() * 4096 + static_cast<std::size_t>(root),
-                          "the byte count and root of broadcast");
+    check_same_everywhere(*this, inout.size_bytes(), "the byte count of broadcast");
+    check_same_everywhere(*this, static_cast<std::uint64_t>(root), "the root of broadcast");
     detail::nccl_check(ncclBroadcast(inout.data(), inout.data(), inout.size_bytes(), ncclChar, root,
                                      native(), stream()),
                        "ncclBroadcast");
