@@ -305,7 +305,15 @@ public:
     return shape_.shared_bytes;
   }
 
-  static constexpr std::size_t slot_bytes = 32; // a shuffle value, or an A and a B fragment
+  //! A warp's A (16x16) and B (16x8) operands of the emulated matrix instruction, as floats.
+  [[nodiscard]] float* mma_operands(unsigned warp) {
+    if (mma_.empty())
+      mma_.resize(warps_ * mma_floats);
+    return &mma_[warp * mma_floats];
+  }
+
+  static constexpr std::size_t slot_bytes = 32; // a shuffle value
+  static constexpr std::size_t mma_floats = 16 * 16 + 16 * 8;
 
 private:
   struct fiber {
@@ -388,6 +396,7 @@ private:
   std::size_t threads_, warps_;
   std::vector<unsigned char> shared_;
   std::vector<unsigned char> slots_;
+  std::vector<float> mma_;
   std::vector<std::unique_ptr<fiber>> fibers_;
   std::vector<unsigned> warp_arrived_;
   std::size_t block_arrived_ = 0;
@@ -431,49 +440,42 @@ T* host_context::shared_array(std::size_t count) {
   return result;
 }
 
-//! The warp matrix instruction, emulated: every lane publishes its A and B registers, then
-//! computes its four D elements from the whole warp's fragments (each product exact in fp32,
-//! summed in k order with the C element first; the hardware's internal order and precision are
-//! unspecified, so device results agree to fp32 rounding of the dot products, not bit for bit).
-//! The inverse mapping below (which lane and register hold A[r][k] and B[k][n]) is written
-//! independently of mma_a_coord / mma_b_coord; the tests check that the two agree.
+//! The warp matrix instruction, emulated: every lane widens its A and B registers into the
+//! warp's operand matrices, then computes its four D elements from them (each product exact in
+//! fp32, summed in k order with the C element first; the hardware's internal order and precision
+//! are unspecified, so device results agree to fp32 rounding of the dot products, not bit for
+//! bit). The placement below (register i of lane 4g+t holds A rows g + 8 (i & 1), columns
+//! 2t + 8 (i >> 1) and the next; B register i holds rows 2t + 8i and the next of column g) is
+//! written from the PTX ISA independently of mma_a_coord / mma_b_coord; the tests check that the
+//! two agree.
 template <class T>
 mma_accumulator host_context::mma_m16n8k16(const mma_a_fragment& a, const mma_b_fragment& b,
                                            const mma_accumulator& c) {
   static_assert(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>, "half or bfloat16");
   const unsigned lane = id_ % warp_size, warp = id_ / warp_size;
   DCPP_EXPECTS(runner_->lanes_in_warp(warp) == warp_size); // mma needs a full warp
-  std::memcpy(runner_->slot(id_), a.x, sizeof(a.x));
-  std::memcpy(runner_->slot(id_) + sizeof(a.x), b.x, sizeof(b.x));
-  runner_->arrive_warp(id_);
-  auto half_of = [](std::uint32_t word, int which) {
-    return T{static_cast<std::uint16_t>(which == 0 ? word & 0xffffu : word >> 16)};
-  };
-  auto read = [&](unsigned src_lane, std::size_t offset) {
-    std::uint32_t word;
-    std::memcpy(&word, runner_->slot(warp * warp_size + src_lane) + offset, sizeof(word));
-    return word;
-  };
-  auto A = [&](int r, int k) { // A[r][k]: lane 4 (r mod 8) + (k mod 8) / 2
-    const unsigned src = static_cast<unsigned>((r % 8) * 4 + (k % 8) / 2);
-    const int reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
-    return to_float(half_of(read(src, static_cast<std::size_t>(reg) * 4), k % 2));
-  };
-  auto B = [&](int k, int n) { // B[k][n]: lane 4 n + (k mod 8) / 2
-    const unsigned src = static_cast<unsigned>(n * 4 + (k % 8) / 2);
-    const int reg = k >= 8 ? 1 : 0;
-    return to_float(half_of(read(src, sizeof(a.x) + static_cast<std::size_t>(reg) * 4), k % 2));
-  };
-  mma_accumulator d;
+  float* A = runner_->mma_operands(warp);                  // [16][16]
+  float* B = A + 16 * 16;                                  // [16][8]
   const int g = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
+  auto half_of = [](std::uint32_t word, int which) {
+    return to_float(T{static_cast<std::uint16_t>(which == 0 ? word & 0xffffu : word >> 16)});
+  };
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 2; ++j)
+      A[(g + (i & 1) * 8) * 16 + t * 2 + j + (i >> 1) * 8] = half_of(a.x[i], j);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j)
+      B[(t * 2 + j + i * 8) * 8 + g] = half_of(b.x[i], j);
+  runner_->arrive_warp(id_);
+  mma_accumulator d;
   for (int e = 0; e < 4; ++e) {
     const int row = g + (e / 2) * 8, col = t * 2 + e % 2;
     float acc = c.x[e];
     for (int k = 0; k < 16; ++k)
-      acc += A(row, k) * B(k, col);
+      acc += A[row * 16 + k] * B[k * 8 + col];
     d.x[e] = acc;
   }
-  runner_->arrive_warp(id_); // nobody overwrites a slot before every lane has read
+  runner_->arrive_warp(id_); // nobody overwrites the operands before every lane has read
   return d;
 }
 

@@ -1,0 +1,378 @@
+// THD ring attention over a CP group, forward and backward, on host-memory communicators (local
+// threads, MPI): the ring (cp - 1 steps passing K/V to the next rank, double-buffered so that the
+// next step's transfer runs while this step computes), the LSE merge, and the backward ring
+// (K/V and their dK/dV accumulators travel together, so dK/dV arrive back on their owner).
+// The per-step attention is a policy (`attention_policy`): dcpp's kernels through the host
+// launcher by default (`host_attention`); a user may put FlashAttention or cuDNN there and keep
+// the partition, ring and merge.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "dcpp/attention/partition.hpp"
+#include "dcpp/comm/communicator.hpp"
+#include "dcpp/error.hpp"
+#include "dcpp/simt/host_launcher.hpp"
+
+namespace dcpp {
+
+//! Head layout and softmax scale of an attention call.
+struct attention_shape {
+  int heads = 0;      //!< query heads
+  int kv_heads = 0;   //!< key/value heads (divides heads: GQA/MQA)
+  int head_dim = 0;   //!< 64 or 128 for dcpp's kernels
+  float scale = 0.0f; //!< multiplies QK^T; 0 means 1/sqrt(head_dim)
+  [[nodiscard]] float softmax_scale() const {
+    return scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
+};
+
+//! What a policy gets for one ring step. `params` holds the buffers of the pass (host or device
+//! pointers, whatever the communicator moves), `params.kind` the part of the causal matrix and
+//! `params.layout` the geometry with the KV owner's real rows.
+//! Forward: write the partial O (fp32) and LSE of the step's query rows: every row (diagonal,
+//! lower) or the second half of each sequence (upper); rows without a visible key get O = 0 and
+//! LSE = -inf. Backward: add the step's dQ to `params.dq` and dK/dV to `params.dk`/`params.dv`
+//! (fp32; `params.dsum` holds rowsum(dO * O), `params.lse_final` the forward's LSE).
+template <class T>
+struct attention_step {
+  int step = 0;     //!< 0 .. cp-1
+  int kv_owner = 0; //!< group rank whose K/V the step sees
+  const ring_partition* partition = nullptr;
+  attention_shape shape;
+  kernels::attention_params<T> params;
+};
+
+template <class P, class T>
+concept attention_policy = requires(P& p, const attention_step<T>& s) {
+  p.forward_step(s);
+  p.backward_step(s);
+};
+
+namespace detail {
+
+template <class F>
+decltype(auto) with_head_dim(int head_dim, F&& f) {
+  switch (head_dim) {
+  case 64: return f(std::integral_constant<int, 64>{});
+  case 128: return f(std::integral_constant<int, 128>{});
+  default:
+    throw error(
+        status_code::invalid_option,
+        fmt::format("ring attention: head_dim = {}; dcpp's kernels take 64 or 128", head_dim));
+  }
+}
+
+inline std::uint64_t attention_fingerprint(const ring_partition& part, const attention_shape& s,
+                                           int pass) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  auto mix = [&h](std::int64_t value) {
+    auto v = static_cast<std::uint64_t>(value);
+    for (int byte = 0; byte < 8; ++byte) {
+      h ^= (v >> (8 * byte)) & 0xffU;
+      h *= 0x100000001b3ULL;
+    }
+  };
+  std::uint32_t scale_bits;
+  std::memcpy(&scale_bits, &s.scale, sizeof scale_bits);
+  for (const std::int64_t x :
+       {std::int64_t{pass}, std::int64_t{part.cp()}, std::int64_t{s.heads},
+        std::int64_t{s.kv_heads}, std::int64_t{s.head_dim}, std::int64_t{scale_bits}})
+    mix(x);
+  for (const auto c : part.cu_seqlens())
+    mix(c);
+  for (const auto c : part.cu_seqlens_padded())
+    mix(c);
+  return h;
+}
+
+//! Local checks of a call (sizes, heads, group), agreed by every rank so they fail together.
+template <class C>
+void check_attention_call(
+    C& comm, const ring_partition& part, const attention_shape& s, int pass,
+    std::initializer_list<std::pair<const char*, std::pair<std::size_t, std::int64_t>>> buffers) {
+  status local = status::success();
+  if (comm.size() != part.cp() || comm.rank() != part.rank())
+    local =
+        status::failure(status_code::invalid_option,
+                        fmt::format("ring attention: the partition is for rank {} of {} but the "
+                                    "communicator is rank {} of {}",
+                                    part.rank(), part.cp(), comm.rank(), comm.size()));
+  else if (s.heads < 1 || s.kv_heads < 1 || s.heads % s.kv_heads != 0)
+    local = status::failure(status_code::invalid_option,
+                            fmt::format("ring attention: heads = {} must be a positive multiple of "
+                                        "kv_heads = {}",
+                                        s.heads, s.kv_heads));
+  else if (!(s.softmax_scale() > 0.0f) || !std::isfinite(s.softmax_scale()))
+    local = status::failure(
+        status_code::invalid_option,
+        fmt::format("ring attention: scale = {} must be finite and positive", s.scale));
+  else
+    for (const auto& [name, sizes] : buffers)
+      if (static_cast<std::int64_t>(sizes.first) != sizes.second) {
+        local = status::failure(status_code::invalid_length,
+                                fmt::format("ring attention: {} has {} elements, expected {} "
+                                            "({} local tokens)",
+                                            name, sizes.first, sizes.second, part.tokens()));
+        break;
+      }
+  throw_unless_agreed(comm, local);
+  check_same_everywhere(comm, attention_fingerprint(part, s, pass),
+                        "the ring attention call (cu_seqlens, cp, heads, head_dim, scale)");
+}
+
+template <class Body>
+void launch_tiles(const attention_tile_list& tiles, unsigned y, unsigned threads,
+                  std::size_t shared, const simt::host_launch_options& options, Body&& body) {
+  if (tiles.count() == 0 || y == 0)
+    return;
+  simt::host_launch({{static_cast<unsigned>(tiles.count()), y}, {threads}, shared}, body, options);
+}
+
+template <class Body>
+void launch_elements(std::int64_t n, const simt::host_launch_options& options, Body&& body) {
+  if (n <= 0)
+    return;
+  simt::host_launch({{static_cast<unsigned>((n + 255) / 256)}, {256}, 0}, body, options);
+}
+
+} // namespace detail
+
+//! dcpp's per-step kernels run on the CPU through the host launcher (the kernels' own source).
+struct host_attention {
+  simt::host_launch_options launch{};
+
+  template <class T>
+  void forward_step(const attention_step<T>& s) const {
+    detail::with_head_dim(s.shape.head_dim, [&](auto d) {
+      constexpr int D = decltype(d)::value;
+      using cfg = kernels::attention_tile<D, T>;
+      const auto tiles = s.partition->tiles(
+          cfg::rows, s.params.kind == kernels::ring_step_kind::upper ? attention_rows::second_half
+                                                                     : attention_rows::all);
+      auto p = s.params;
+      p.tiles = tiles.view();
+      detail::launch_tiles(
+          tiles, static_cast<unsigned>(p.heads), cfg::threads, cfg::forward_shared, launch,
+          [&](simt::host_context& ctx) { kernels::attention_forward_body<D>(ctx, p); });
+    });
+  }
+
+  template <class T>
+  void backward_step(const attention_step<T>& s) const {
+    detail::with_head_dim(s.shape.head_dim, [&](auto d) {
+      constexpr int D = decltype(d)::value;
+      using cfg = kernels::attention_tile<D, T>;
+      const auto kind = s.params.kind;
+      const auto q_tiles = s.partition->tiles(cfg::rows, kind == kernels::ring_step_kind::upper
+                                                             ? attention_rows::second_half
+                                                             : attention_rows::all);
+      const auto k_tiles = s.partition->tiles(cfg::rows, kind == kernels::ring_step_kind::lower
+                                                             ? attention_rows::first_half
+                                                             : attention_rows::all);
+      auto p = s.params;
+      p.tiles = q_tiles.view();
+      detail::launch_tiles(q_tiles, static_cast<unsigned>(p.heads), cfg::threads, cfg::dq_shared,
+                           launch,
+                           [&](simt::host_context& ctx) { kernels::attention_dq_body<D>(ctx, p); });
+      auto pk = s.params;
+      pk.tiles = k_tiles.view();
+      detail::launch_tiles(
+          k_tiles, static_cast<unsigned>(p.kv_heads), cfg::threads, cfg::dkv_shared, launch,
+          [&](simt::host_context& ctx) { kernels::attention_dkv_body<D>(ctx, pk); });
+    });
+  }
+};
+
+static_assert(attention_policy<host_attention, float>);
+
+//! Options of the ring drivers.
+struct ring_options {
+  simt::host_launch_options launch{}; //!< for dcpp's merge/convert kernels on the host
+  int tag = 0x7a00;                   //!< base message tag of the ring's exchanges
+};
+
+namespace detail {
+
+//! The step geometry: kind and the KV owner's real rows.
+inline kernels::ring_step_kind ring_step_kind_of(int step, int owner, int rank) {
+  if (step == 0)
+    return kernels::ring_step_kind::diagonal;
+  return owner < rank ? kernels::ring_step_kind::lower : kernels::ring_step_kind::upper;
+}
+
+} // namespace detail
+
+//! Forward ring attention of one rank of a CP group (`comm` the group's communicator, host
+//! memory). q [tokens, heads, D], k/v [tokens, kv_heads, D] in the partition's local layout;
+//! writes o (like q) and lse [tokens, heads] (fp32, natural log; -inf on padding rows). Collective
+//! over the group; argument errors are agreed so every rank throws the same message.
+template <communicator C, class T, class Policy = host_attention>
+requires attention_policy<Policy, T>
+void ring_attention_forward(C& comm, const ring_partition& part, const attention_shape& shape,
+                            std::span<const T> q, std::span<const T> k, std::span<const T> v,
+                            std::span<T> o, std::span<float> lse, Policy&& policy = {},
+                            const ring_options& options = {}) {
+  static_assert(C::buffer_memory == memory_space::host,
+                "ring_attention_forward moves host buffers; use a host-memory communicator");
+  const std::int64_t n = part.tokens();
+  const std::int64_t qn = n * shape.heads * shape.head_dim,
+                     kvn = n * shape.kv_heads * shape.head_dim;
+  detail::check_attention_call(comm, part, shape, 0,
+                               {{"q", {q.size(), qn}},
+                                {"k", {k.size(), kvn}},
+                                {"v", {v.size(), kvn}},
+                                {"o", {o.size(), qn}},
+                                {"lse", {lse.size(), n * shape.heads}}});
+  const int cp = part.cp(), rank = part.rank();
+  // The K/V that travels: K then V, double-buffered.
+  std::vector<T> kv[2];
+  kv[0].resize(static_cast<std::size_t>(2 * kvn));
+  kv[1].resize(kv[0].size());
+  std::copy(k.begin(), k.end(), kv[0].begin());
+  std::copy(v.begin(), v.end(), kv[0].begin() + kvn);
+  std::vector<float> o_acc(static_cast<std::size_t>(qn)),
+      lse_acc(static_cast<std::size_t>(n * shape.heads));
+  std::vector<float> o_part, lse_part;
+  if (cp > 1)
+    o_part.assign(o_acc.size(), 0.0f), lse_part.assign(lse_acc.size(), 0.0f);
+
+  for (int step = 0, cur = 0; step < cp; ++step, cur ^= 1) {
+    const int owner = (rank - step + cp) % cp;
+    std::optional<decltype(comm.exchange(std::span<const T>(kv[0]), 0, std::span<T>(kv[1]), 0, 0))>
+        transfer;
+    if (step + 1 < cp) // the next step's K/V travels while this step computes
+      transfer.emplace(comm.exchange(std::span<const T>(kv[cur]), (rank + 1) % cp,
+                                     std::span<T>(kv[cur ^ 1]), (rank - 1 + cp) % cp,
+                                     options.tag + step));
+    const auto kv_real = part.real_of(owner);
+    attention_step<T> s;
+    s.step = step, s.kv_owner = owner, s.partition = &part, s.shape = shape;
+    auto& p = s.params;
+    p.q = q.data(), p.k = kv[cur].data(), p.v = kv[cur].data() + kvn;
+    p.o = step == 0 ? o_acc.data() : o_part.data();
+    p.lse = step == 0 ? lse_acc.data() : lse_part.data();
+    p.tokens = n, p.heads = shape.heads, p.kv_heads = shape.kv_heads;
+    p.scale = shape.softmax_scale();
+    p.kind = detail::ring_step_kind_of(step, owner, rank);
+    p.layout = {part.offsets().data(), part.own_real().data(), kv_real.data(), part.sequences()};
+    policy.forward_step(s);
+    if (step > 0) {
+      const auto rows =
+          part.tiles(64, p.kind == kernels::ring_step_kind::upper ? attention_rows::second_half
+                                                                  : attention_rows::all);
+      detail::with_head_dim(shape.head_dim, [&](auto d) {
+        constexpr int D = decltype(d)::value;
+        const kernels::attention_merge_params<D> mp{o_acc.data(),    lse_acc.data(), o_part.data(),
+                                                    lse_part.data(), shape.heads,    rows.view()};
+        detail::launch_tiles(
+            rows, static_cast<unsigned>(shape.heads), 128, 0, options.launch,
+            [&](simt::host_context& ctx) { kernels::attention_merge_body<D>(ctx, mp); });
+      });
+    }
+    if (transfer)
+      transfer->wait();
+  }
+  detail::launch_elements(qn, options.launch, [&](simt::host_context& ctx) {
+    kernels::attention_convert_body(ctx, o_acc.data(), o.data(), qn);
+  });
+  std::copy(lse_acc.begin(), lse_acc.end(), lse.begin());
+}
+
+//! Backward ring attention: from q, k, v, the forward's o and lse, and dO, writes dq, dk, dv
+//! (like q, k, v). fp32 accumulation throughout; dK/dV of each K/V block accumulate on the ranks
+//! it visits and arrive back on their owner after the last step.
+template <communicator C, class T, class Policy = host_attention>
+requires attention_policy<Policy, T>
+void ring_attention_backward(C& comm, const ring_partition& part, const attention_shape& shape,
+                             std::span<const T> q, std::span<const T> k, std::span<const T> v,
+                             std::span<const T> o, std::span<const float> lse,
+                             std::span<const T> dout, std::span<T> dq, std::span<T> dk,
+                             std::span<T> dv, Policy&& policy = {},
+                             const ring_options& options = {}) {
+  static_assert(C::buffer_memory == memory_space::host,
+                "ring_attention_backward moves host buffers; use a host-memory communicator");
+  const std::int64_t n = part.tokens();
+  const int D = shape.head_dim;
+  const std::int64_t qn = n * shape.heads * D, kvn = n * shape.kv_heads * D;
+  detail::check_attention_call(comm, part, shape, 1,
+                               {{"q", {q.size(), qn}},
+                                {"k", {k.size(), kvn}},
+                                {"v", {v.size(), kvn}},
+                                {"o", {o.size(), qn}},
+                                {"lse", {lse.size(), n * shape.heads}},
+                                {"dout", {dout.size(), qn}},
+                                {"dq", {dq.size(), qn}},
+                                {"dk", {dk.size(), kvn}},
+                                {"dv", {dv.size(), kvn}}});
+  const int cp = part.cp(), rank = part.rank();
+  std::vector<float> dsum(static_cast<std::size_t>(n * shape.heads));
+  detail::with_head_dim(D, [&](auto d) {
+    constexpr int HD = decltype(d)::value;
+    kernels::attention_params<T> p;
+    p.out = o.data(), p.dout = dout.data(), p.dsum = dsum.data(), p.tokens = n,
+    p.heads = shape.heads;
+    detail::launch_elements(n * shape.heads, options.launch, [&](simt::host_context& ctx) {
+      kernels::attention_dsum_body<HD>(ctx, p);
+    });
+  });
+  std::vector<T> kv[2];
+  kv[0].resize(static_cast<std::size_t>(2 * kvn));
+  kv[1].resize(kv[0].size());
+  std::copy(k.begin(), k.end(), kv[0].begin());
+  std::copy(v.begin(), v.end(), kv[0].begin() + kvn);
+  std::vector<float> dkv[2]; // dK then dV of the K/V block in kv[cur]
+  dkv[0].assign(static_cast<std::size_t>(2 * kvn), 0.0f);
+  dkv[1].assign(dkv[0].size(), 0.0f);
+  std::vector<float> dq_acc(static_cast<std::size_t>(qn), 0.0f);
+
+  int cur = 0;
+  for (int step = 0; step < cp; ++step) {
+    const int owner = (rank - step + cp) % cp;
+    const int next = (rank + 1) % cp, prev = (rank - 1 + cp) % cp;
+    std::optional<decltype(comm.exchange(std::span<const T>(kv[0]), 0, std::span<T>(kv[1]), 0, 0))>
+        transfer;
+    if (step + 1 < cp)
+      transfer.emplace(comm.exchange(std::span<const T>(kv[cur]), next, std::span<T>(kv[cur ^ 1]),
+                                     prev, options.tag + 2 * step));
+    const auto kv_real = part.real_of(owner);
+    attention_step<T> s;
+    s.step = step, s.kv_owner = owner, s.partition = &part, s.shape = shape;
+    auto& p = s.params;
+    p.q = q.data(), p.k = kv[cur].data(), p.v = kv[cur].data() + kvn;
+    p.out = o.data(), p.dout = dout.data(), p.lse_final = lse.data(), p.dsum = dsum.data();
+    p.dq = dq_acc.data(), p.dk = dkv[cur].data(), p.dv = dkv[cur].data() + kvn;
+    p.tokens = n, p.heads = shape.heads, p.kv_heads = shape.kv_heads;
+    p.scale = shape.softmax_scale();
+    p.kind = detail::ring_step_kind_of(step, owner, rank);
+    p.layout = {part.offsets().data(), part.own_real().data(), kv_real.data(), part.sequences()};
+    policy.backward_step(s);
+    if (transfer)
+      transfer->wait();
+    if (cp > 1) { // the block's dK/dV follow it; after the last step they reach their owner
+      comm.exchange(std::span<const float>(dkv[cur]), next, std::span<float>(dkv[cur ^ 1]), prev,
+                    options.tag + 2 * step + 1)
+          .wait();
+    }
+    if (cp > 1)
+      cur ^= 1;
+  }
+  detail::launch_elements(qn, options.launch, [&](simt::host_context& ctx) {
+    kernels::attention_convert_body(ctx, dq_acc.data(), dq.data(), qn);
+  });
+  detail::launch_elements(kvn, options.launch, [&](simt::host_context& ctx) {
+    kernels::attention_convert_body(ctx, dkv[cur].data(), dk.data(), kvn);
+    kernels::attention_convert_body(ctx, dkv[cur].data() + kvn, dv.data(), kvn);
+  });
+}
+
+} // namespace dcpp

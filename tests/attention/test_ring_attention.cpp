@@ -1,0 +1,170 @@
+// Tests for THD ring attention: the partition helpers against a direct zigzag computation, and
+// the ring (kernels' own source through the host launcher, local backend) against fp64 dense
+// causal attention for cp 1/2/4/8, each input type, GQA/MQA, head dims 64 and 128.
+#include "../support.hpp"
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "attention_reference.hpp"
+#include "dcpp/comm/local.hpp"
+
+namespace {
+
+using namespace dcpp_test::attention;
+
+const std::vector<int> mixed_lengths = {1, 2, 17, 64, 65, 100, 131, 3};
+
+template <class T>
+void check_ring(int cp, int heads, int kv_heads, int dim, std::uint64_t seed,
+                const std::vector<int>& lengths = mixed_lengths) {
+  const auto b = make_batch<T>(seed, lengths, heads, kv_heads, dim);
+  const auto ref = attend(b);
+  std::vector<rank_errors> errors(static_cast<std::size_t>(cp));
+  dcpp::run_local(cp, [&](dcpp::local_communicator& comm) {
+    errors[static_cast<std::size_t>(comm.rank())] = run_rank<T>(comm, b, ref, seed);
+  });
+  std::int64_t rows = 0;
+  for (const auto& e : errors) {
+    INFO(fmt::format("cp {} heads {}/{} dim {}: o {:.2e} lse {:.2e} dq {:.2e} dk {:.2e} dv {:.2e}",
+                     cp, heads, kv_heads, dim, e.o, e.lse, e.dq, e.dk, e.dv));
+    CHECK(e.padding_ok);
+    CHECK(e.o <= tolerance<T>::o);
+    CHECK(e.lse <= tolerance<T>::lse);
+    CHECK(e.dq <= tolerance<T>::grad);
+    CHECK(e.dk <= tolerance<T>::grad);
+    CHECK(e.dv <= tolerance<T>::grad);
+    rows += e.rows;
+  }
+  CHECK(rows == b.tokens()); // every real row checked exactly once over the group
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("ring attention equals fp64 causal attention", T, float, dcpp::half,
+                   dcpp::bfloat16) {
+  for (const int cp : {1, 2, 4, 8}) {
+    check_ring<T>(cp, 4, 4, 64, 100 + cp);
+    check_ring<T>(cp, 4, 2, 64, 200 + cp); // GQA
+  }
+}
+
+TEST_CASE_TEMPLATE("ring attention: head dim 128, MQA, one-token and tile-edge samples", T, float,
+                   dcpp::half, dcpp::bfloat16) {
+  check_ring<T>(2, 2, 1, 128, 300, {1, 33, 95, 64, 1, 7}); // MQA, head dim 128
+  check_ring<T>(4, 3, 1, 64, 400, {1, 1, 8, 9, 127, 129}); // MQA with 3 query heads
+  check_ring<T>(8, 2, 2, 128, 500, {16, 2, 200});          // chunks of 1 and 13 tokens
+}
+
+TEST_CASE("ring attention: partition geometry against a direct zigzag walk") {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int cp = 1 << (rng() % 4);
+    std::vector<std::int32_t> cu{0};
+    const int n = 1 + static_cast<int>(rng() % 7);
+    for (int s = 0; s < n; ++s)
+      cu.push_back(cu.back() + static_cast<std::int32_t>(rng() % 90));
+    std::vector<int> seen(static_cast<std::size_t>(cu.back()), 0);
+    for (int rank = 0; rank < cp; ++rank) {
+      const auto part = dcpp::ring_partition::padded(cu, cp, rank);
+      REQUIRE(part.tokens() * cp == part.cu_seqlens_padded().back());
+      for (int s = 0; s < n; ++s) {
+        const int padded = part.cu_seqlens_padded()[s + 1] - part.cu_seqlens_padded()[s];
+        const int real = cu[s + 1] - cu[s];
+        CHECK(padded % (2 * cp) == 0);
+        CHECK(padded >= real);
+        CHECK(padded < real + 2 * cp);
+        const int chunk = padded / (2 * cp);
+        for (int j = 0; j < 2 * chunk; ++j) {
+          // chunk r then chunk 2cp-1-r, written out here without the zigzag helpers
+          const int pos = j < chunk ? rank * chunk + j : (2 * cp - 1 - rank) * chunk + (j - chunk);
+          const auto row = static_cast<std::size_t>(part.offsets()[s] + j);
+          CHECK(part.padded_rows()[row] == part.cu_seqlens_padded()[s] + pos);
+          if (pos < real) {
+            CHECK(part.source_rows()[row] == cu[s] + pos);
+            ++seen[static_cast<std::size_t>(cu[s] + pos)];
+          } else {
+            CHECK(part.source_rows()[row] == -1);
+          }
+          // the real-row counts of the halves agree with the per-row view
+          const int half = j < chunk ? 0 : 1;
+          const bool real_row = j - half * chunk < part.own_real()[2 * s + half];
+          CHECK(real_row == (pos < real));
+        }
+      }
+      CHECK(part.real_of(rank) == part.own_real());
+    }
+    for (const int c : seen)
+      CHECK(c == 1); // every real token on exactly one rank
+  }
+}
+
+TEST_CASE("ring attention: gather and scatter round trip") {
+  const std::vector<std::int32_t> cu{0, 1, 6, 6, 40};
+  std::vector<float> full(static_cast<std::size_t>(cu.back()) * 3);
+  for (std::size_t i = 0; i < full.size(); ++i)
+    full[i] = static_cast<float>(i) + 0.5f;
+  std::vector<float> back(full.size(), -1.0f);
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto part = dcpp::ring_partition::padded(cu, 4, rank);
+    std::vector<float> local(static_cast<std::size_t>(part.tokens()) * 3);
+    dcpp::partition_gather_on_host<float>(part, full, local, 3, -9.0f);
+    for (std::int64_t row = 0; row < part.tokens(); ++row)
+      for (int c = 0; c < 3; ++c)
+        CHECK(local[row * 3 + c] ==
+              (part.source_rows()[row] < 0 ? -9.0f : full[part.source_rows()[row] * 3 + c]));
+    dcpp::partition_scatter_on_host<float>(part, local, back, 3);
+  }
+  CHECK(back == full);
+}
+
+TEST_CASE("ring attention: bad input is a clear error on every rank") {
+  CHECK_THROWS_WITH(dcpp::ring_partition({0, 5}, {0, 6}, 2, 0),
+                    "ring attention: sample 0 has 5 real and 6 padded tokens; the padded length "
+                    "must be a multiple of 2*cp = 4 and at least the real one");
+  CHECK_THROWS_WITH(dcpp::ring_partition({0, 5}, {0, 4}, 2, 0),
+                    doctest::Contains("sample 0 has 5 real and 4 padded tokens"));
+  CHECK_THROWS_WITH(dcpp::ring_partition::padded({0, 5}, 2, 2),
+                    "ring attention: rank 2 is outside the group of 2 ranks");
+  CHECK_THROWS_WITH(dcpp::ring_partition::padded({1, 5}, 2, 0), doctest::Contains("start with 0"));
+
+  const auto b = make_batch<float>(1, {5, 9}, 4, 2, 64);
+  std::vector<std::string> messages(2);
+  // heads not a multiple of kv_heads on one rank only: both ranks fail with the same message
+  dcpp::run_local(2, [&](dcpp::local_communicator& comm) {
+    const auto part = dcpp::ring_partition::padded(b.cu, 2, comm.rank());
+    auto shape = b.shape();
+    if (comm.rank() == 1)
+      shape.kv_heads = 3;
+    const auto n = static_cast<std::size_t>(part.tokens());
+    std::vector<float> q(n * 4 * 64), k(n * 2 * 64), v(n * 2 * 64), o(q.size()), lse(n * 4);
+    try {
+      dcpp::ring_attention_forward<dcpp::local_communicator, float>(comm, part, shape, q, k, v, o,
+                                                                    lse);
+    } catch (const dcpp::error& e) {
+      messages[static_cast<std::size_t>(comm.rank())] = e.what();
+    }
+  });
+  CHECK(messages[0] == messages[1]);
+  CHECK(messages[0].find("heads = 4 must be a positive multiple of kv_heads = 3") !=
+        std::string::npos);
+  // a short output buffer and an unsupported head dim
+  dcpp::run_local(2, [&](dcpp::local_communicator& comm) {
+    const auto part = dcpp::ring_partition::padded(b.cu, 2, comm.rank());
+    const auto n = static_cast<std::size_t>(part.tokens());
+    std::vector<float> q(n * 4 * 64), k(n * 2 * 64), v(n * 2 * 64), o(q.size() - 1), lse(n * 4);
+    CHECK_THROWS_WITH((dcpp::ring_attention_forward<dcpp::local_communicator, float>(
+                          comm, part, b.shape(), q, k, v, o, lse)),
+                      doctest::Contains("o has 2559 elements, expected 2560 (10 local tokens)"));
+    auto shape = b.shape();
+    shape.head_dim = 32;
+    std::vector<float> q32(n * 4 * 32), k32(n * 2 * 32), v32(k32.size()), o32(q32.size());
+    CHECK_THROWS_WITH((dcpp::ring_attention_forward<dcpp::local_communicator, float>(
+                          comm, part, shape, q32, k32, v32, o32, lse)),
+                      doctest::Contains("head_dim = 32; dcpp's kernels take 64 or 128"));
+  });
+}
