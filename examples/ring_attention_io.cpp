@@ -1,0 +1,174 @@
+// ring_attention_io: THD ring attention on your own data. Reads q [tokens, heads, head_dim],
+// k and v [tokens, kv_heads, head_dim] and cu_seqlens (int32, real lengths) as .npy (and dO for
+// the backward), pads every sequence to a multiple of 2*cp, splits it in zigzag chunks over --cp
+// ranks (threads, local communicator), runs the ring with the kernels' own source through the
+// host launcher, and writes o.npy and lse.npy (and dq.npy, dk.npy, dv.npy) to --out-dir in the
+// input's token order. Causal, scale 1/sqrt(head_dim) unless --scale. Compare with PyTorch or
+// FlashAttention (flash_attn_varlen_func returns the same LSE, natural log, [heads, tokens]).
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <dcpp/attention/ring.hpp>
+#include <dcpp/comm/local.hpp>
+#include <dcpp/io/npy.hpp>
+
+namespace {
+
+struct inputs {
+  std::int64_t tokens = 0;
+  int heads = 0, kv_heads = 0, head_dim = 0, cp = 1;
+  float scale = 0.0f;
+  bool backward = false;
+  std::vector<std::int32_t> cu;
+};
+
+//! Writes values as `descr` ('<f2' for half, '<f4' otherwise, widening bfloat16 to float32).
+template <class T>
+void write_values(const std::string& path, const std::string& descr,
+                  const std::vector<std::int64_t>& shape, const std::vector<T>& values) {
+  if constexpr (std::is_same_v<T, dcpp::bfloat16>) {
+    std::vector<float> wide(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i)
+      wide[i] = dcpp::to_float(values[i]);
+    dcpp::write_npy(path, descr, shape, wide);
+  } else {
+    dcpp::write_npy(path, descr, shape, values);
+  }
+}
+
+template <class T>
+int run(const inputs& in, const dcpp::npy_array& qa, const dcpp::npy_array& ka,
+        const dcpp::npy_array& va, const dcpp::npy_array* da, const std::string& out_dir,
+        const std::string& descr) {
+  const auto q = qa.as<T>("--q"), k = ka.as<T>("--k"), v = va.as<T>("--v");
+  const auto dout = da ? da->as<T>("--dout") : std::vector<T>{};
+  const int qw = in.heads * in.head_dim, kw = in.kv_heads * in.head_dim;
+  const dcpp::attention_shape shape{in.heads, in.kv_heads, in.head_dim, in.scale};
+  std::vector<T> o(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
+  std::vector<float> lse(static_cast<std::size_t>(in.tokens * in.heads));
+
+  dcpp::run_local(in.cp, [&](dcpp::local_communicator& comm) {
+    const auto part = dcpp::ring_partition::padded(in.cu, in.cp, comm.rank());
+    const auto n = static_cast<std::size_t>(part.tokens());
+    std::vector<T> lq(n * qw), lk(n * kw), lv(n * kw), lo(n * qw), ldout, ldq, ldk, ldv;
+    std::vector<float> llse(n * in.heads);
+    dcpp::partition_gather_on_host<T>(part, q, lq, qw);
+    dcpp::partition_gather_on_host<T>(part, k, lk, kw);
+    dcpp::partition_gather_on_host<T>(part, v, lv, kw);
+    dcpp::ring_attention_forward<dcpp::local_communicator, T>(comm, part, shape, lq, lk, lv, lo,
+                                                              llse);
+    // Each rank writes its own real rows of the shared outputs (distinct rows per rank).
+    dcpp::partition_scatter_on_host<T>(part, lo, o, qw);
+    dcpp::partition_scatter_on_host<float>(part, llse, lse, in.heads);
+    if (in.backward) {
+      ldout.resize(n * qw), ldq.resize(n * qw), ldk.resize(n * kw), ldv.resize(n * kw);
+      dcpp::partition_gather_on_host<T>(part, dout, ldout, qw);
+      dcpp::ring_attention_backward<dcpp::local_communicator, T>(comm, part, shape, lq, lk, lv, lo,
+                                                                 llse, ldout, ldq, ldk, ldv);
+      dcpp::partition_scatter_on_host<T>(part, ldq, dq, qw);
+      dcpp::partition_scatter_on_host<T>(part, ldk, dk, kw);
+      dcpp::partition_scatter_on_host<T>(part, ldv, dv, kw);
+    }
+  });
+  const std::vector<std::int64_t> qshape{in.tokens, in.heads, in.head_dim},
+      kshape{in.tokens, in.kv_heads, in.head_dim};
+  write_values(out_dir + "/o.npy", descr, qshape, o);
+  dcpp::write_npy(out_dir + "/lse.npy", "<f4", {in.tokens, in.heads}, lse);
+  if (in.backward) {
+    write_values(out_dir + "/dq.npy", descr, qshape, dq);
+    write_values(out_dir + "/dk.npy", descr, kshape, dk);
+    write_values(out_dir + "/dv.npy", descr, kshape, dv);
+  }
+  fmt::print("ring_attention_io: {} sequences, {} tokens, heads {}/{}, head_dim {}, cp = {}{} -> "
+             "{}\n",
+             in.cu.size() - 1, in.tokens, in.heads, in.kv_heads, in.head_dim, in.cp,
+             in.backward ? ", forward and backward" : "", out_dir);
+  return 0;
+}
+
+dcpp::error shape_error(const std::string& message) {
+  return dcpp::error(dcpp::status_code::invalid_length, message);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"THD ring attention (causal, zigzag context parallel) on .npy files"};
+  std::string q_path, k_path, v_path, cu_path, dout_path, out_dir = ".", dtype = "auto";
+  inputs in;
+  app.add_option("--q", q_path, "q [tokens, heads, head_dim], float32 or float16")->required();
+  app.add_option("--k", k_path, "k [tokens, kv_heads, head_dim] (kv_heads divides heads)")
+      ->required();
+  app.add_option("--v", v_path, "v [tokens, kv_heads, head_dim]")->required();
+  app.add_option("--cu-seqlens", cu_path, "cu_seqlens int32 [sequences + 1], real lengths")
+      ->required();
+  app.add_option("--dout", dout_path, "dO like q: also run the backward (dq, dk, dv)");
+  app.add_option("--cp", in.cp, "ranks each sequence is split over (zigzag)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--scale", in.scale, "softmax scale (default 1/sqrt(head_dim))")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--dtype", dtype,
+                 "compute type: auto (the input's), fp32, fp16, bf16 (bf16 outputs are written "
+                 "as float32)")
+      ->check(CLI::IsMember({"auto", "fp32", "fp16", "bf16"}));
+  app.add_option("--out-dir", out_dir, "where o.npy, lse.npy (dq.npy, dk.npy, dv.npy) go");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const auto qa = dcpp::read_npy(q_path), ka = dcpp::read_npy(k_path),
+               va = dcpp::read_npy(v_path), cu = dcpp::read_npy(cu_path);
+    if (qa.shape.size() != 3 || ka.shape.size() != 3 || va.shape.size() != 3)
+      throw shape_error(fmt::format("--q, --k and --v must be [tokens, heads, head_dim]; got {}, "
+                                    "{} and {} dimensions",
+                                    qa.shape.size(), ka.shape.size(), va.shape.size()));
+    in.tokens = qa.shape[0];
+    in.heads = static_cast<int>(qa.shape[1]);
+    in.head_dim = static_cast<int>(qa.shape[2]);
+    in.kv_heads = static_cast<int>(ka.shape[1]);
+    if (ka.shape != va.shape || ka.shape[0] != in.tokens || ka.shape[2] != in.head_dim)
+      throw shape_error(fmt::format("--k [{}, {}, {}] and --v [{}, {}, {}] must both be [{}, "
+                                    "kv_heads, {}]",
+                                    ka.shape[0], ka.shape[1], ka.shape[2], va.shape[0], va.shape[1],
+                                    va.shape[2], in.tokens, in.head_dim));
+    if (in.kv_heads < 1 || in.heads % in.kv_heads != 0)
+      throw shape_error(fmt::format("--q has {} heads, not a multiple of the {} heads of --k",
+                                    in.heads, in.kv_heads));
+    if (in.head_dim != 64 && in.head_dim != 128)
+      throw shape_error(fmt::format("head_dim = {}; dcpp's kernels take 64 or 128", in.head_dim));
+    if (cu.descr != "<i4")
+      throw shape_error(fmt::format("--cu-seqlens has dtype {}; expected int32", cu.descr));
+    in.cu = cu.as<std::int32_t>("--cu-seqlens");
+    if (in.cu.empty() || in.cu.front() != 0 || in.cu.back() != in.tokens)
+      throw shape_error(
+          fmt::format("--cu-seqlens must run from 0 to the {} tokens of --q", in.tokens));
+    for (std::size_t i = 0; i + 1 < in.cu.size(); ++i)
+      if (in.cu[i + 1] < in.cu[i])
+        throw shape_error(fmt::format("--cu-seqlens: sequence {} has length {}; must be >= 0", i,
+                                      in.cu[i + 1] - in.cu[i]));
+    dcpp::npy_array da;
+    if (!dout_path.empty()) {
+      da = dcpp::read_npy(dout_path);
+      in.backward = true;
+      if (da.shape != qa.shape)
+        throw shape_error("--dout must have the shape of --q");
+    }
+    std::filesystem::create_directories(out_dir);
+    const dcpp::npy_array* dp = in.backward ? &da : nullptr;
+    if (dtype == "auto")
+      dtype = qa.descr == "<f2" ? "fp16" : "fp32";
+    if (dtype == "fp16")
+      return run<dcpp::half>(in, qa, ka, va, dp, out_dir, "<f2");
+    if (dtype == "bf16")
+      return run<dcpp::bfloat16>(in, qa, ka, va, dp, out_dir, "<f4");
+    return run<float>(in, qa, ka, va, dp, out_dir, "<f4");
+  } catch (const dcpp::error& e) {
+    fmt::print(stderr, "ring_attention_io: {}\n", e.what());
+    return 1;
+  }
+}
