@@ -3,6 +3,7 @@
 // causal attention for cp 1/2/4/8, each input type, GQA/MQA, head dims 64 and 128.
 #include "../support.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -43,7 +44,135 @@ void check_ring(int cp, int heads, int kv_heads, int dim, std::uint64_t seed,
   CHECK(rows == b.tokens()); // every real row checked exactly once over the group
 }
 
+//! A user's per-step policy written without dcpp's kernels (plain loops, fp64 inside): the ring,
+//! merge and backward ring of dcpp must give the same attention with it.
+struct loop_policy {
+  int forward_calls = 0, backward_calls = 0;
+
+  template <class T>
+  static bool visible(const dcpp::attention_step<T>& s, int seq, int i, int j) {
+    const auto& l = s.params.layout;
+    const int len = l.offset[seq + 1] - l.offset[seq], c = len / 2;
+    const auto real = [c, seq](const std::int32_t* r, int x) {
+      return x < c ? x < r[2 * seq] : x - c < r[2 * seq + 1];
+    };
+    switch (s.params.kind) {
+    case dcpp::kernels::ring_step_kind::diagonal:
+      if (j > i)
+        return false;
+      break;
+    case dcpp::kernels::ring_step_kind::lower:
+      if (j >= c)
+        return false;
+      break;
+    case dcpp::kernels::ring_step_kind::upper:
+      if (i < c)
+        return false;
+      break;
+    }
+    return real(l.q_real, i) && real(l.kv_real, j);
+  }
+  template <class T, class F>
+  static void each_pair(const dcpp::attention_step<T>& s, F&& f) {
+    const auto& p = s.params;
+    const int D = s.shape.head_dim, G = p.heads / p.kv_heads;
+    for (int seq = 0; seq < p.layout.sequences; ++seq) {
+      const int base = p.layout.offset[seq], len = p.layout.offset[seq + 1] - base;
+      for (int h = 0; h < p.heads; ++h)
+        for (int i = 0; i < len; ++i) {
+          const bool step_row = p.kind != dcpp::kernels::ring_step_kind::upper || i >= len / 2;
+          std::vector<std::pair<std::int64_t, double>> keys; // (K/V offset, score)
+          for (int j = 0; j < len; ++j)
+            if (visible(s, seq, i, j)) {
+              const std::int64_t kq =
+                  (static_cast<std::int64_t>(base + j) * p.kv_heads + h / G) * D;
+              double dot = 0;
+              for (int d = 0; d < D; ++d)
+                dot += static_cast<double>(dcpp::to_float(
+                           p.q[(static_cast<std::int64_t>(base + i) * p.heads + h) * D + d])) *
+                       dcpp::to_float(p.k[kq + d]);
+              keys.emplace_back(kq, dot * p.scale);
+            }
+          f(static_cast<std::int64_t>(base + i) * p.heads + h, step_row, keys);
+        }
+    }
+  }
+
+  template <class T>
+  void forward_step(const dcpp::attention_step<T>& s) {
+    ++forward_calls;
+    const int D = s.shape.head_dim;
+    each_pair(s, [&](std::int64_t row, bool step_row, const auto& keys) {
+      if (!step_row)
+        return;
+      double mx = -INFINITY, sum = 0;
+      for (const auto& k : keys)
+        mx = std::max(mx, k.second);
+      std::vector<double> o(static_cast<std::size_t>(D), 0.0);
+      for (const auto& [kv, score] : keys) {
+        const double w = std::exp(score - mx);
+        sum += w;
+        for (int d = 0; d < D; ++d)
+          o[d] += w * dcpp::to_float(s.params.v[kv + d]);
+      }
+      for (int d = 0; d < D; ++d)
+        s.params.o[row * D + d] = keys.empty() ? 0.0f : static_cast<float>(o[d] / sum);
+      s.params.lse[row] = keys.empty() ? -INFINITY : static_cast<float>(mx + std::log(sum));
+    });
+  }
+
+  template <class T>
+  void backward_step(const dcpp::attention_step<T>& s) {
+    ++backward_calls;
+    const int D = s.shape.head_dim;
+    const auto& p = s.params;
+    each_pair(s, [&](std::int64_t row, bool step_row, const auto& keys) {
+      if (!step_row)
+        return;
+      for (const auto& [kv, score] : keys) {
+        const double prob = std::exp(score - p.lse_final[row]);
+        double dp = 0;
+        for (int d = 0; d < D; ++d)
+          dp += static_cast<double>(dcpp::to_float(p.dout[row * D + d])) *
+                dcpp::to_float(p.v[kv + d]);
+        const double ds = prob * (dp - p.dsum[row]);
+        for (int d = 0; d < D; ++d) {
+          p.dq[row * D + d] += static_cast<float>(p.scale * ds * dcpp::to_float(p.k[kv + d]));
+          p.dk[kv + d] += static_cast<float>(p.scale * ds * dcpp::to_float(p.q[row * D + d]));
+          p.dv[kv + d] += static_cast<float>(prob * dcpp::to_float(p.dout[row * D + d]));
+        }
+      }
+    });
+  }
+};
+
 } // namespace
+
+TEST_CASE("ring attention: a user's attention policy plugs into the ring") {
+  static_assert(dcpp::attention_policy<loop_policy, float>);
+  for (const int cp : {1, 2, 4}) {
+    const auto b = make_batch<float>(900 + cp, {1, 2, 17, 40, 3}, 4, 2, 64);
+    const auto ref = attend(b);
+    std::vector<rank_errors> errors(static_cast<std::size_t>(cp));
+    std::vector<int> calls(static_cast<std::size_t>(cp));
+    dcpp::run_local(cp, [&](dcpp::local_communicator& comm) {
+      loop_policy policy;
+      errors[comm.rank()] =
+          run_rank<float, dcpp::local_communicator, loop_policy&>(comm, b, ref, 9, policy);
+      calls[comm.rank()] = policy.forward_calls + policy.backward_calls;
+    });
+    for (int r = 0; r < cp; ++r) {
+      const auto& e = errors[static_cast<std::size_t>(r)];
+      CHECK(e.padding_ok);
+      CHECK(e.o <= tolerance<float>::o);
+      CHECK(e.lse <= tolerance<float>::lse);
+      CHECK(e.dq <= tolerance<float>::grad);
+      CHECK(e.dk <= tolerance<float>::grad);
+      CHECK(e.dv <= tolerance<float>::grad);
+      CHECK(calls[static_cast<std::size_t>(r)] == 2 * cp); // one forward and one backward per step
+    }
+  }
+}
 
 TEST_CASE_TEMPLATE("ring attention equals fp64 causal attention", T, float, dcpp::half,
                    dcpp::bfloat16) {
