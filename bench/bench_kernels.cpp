@@ -3,6 +3,7 @@
 // of this machine). GPU numbers come from bench_kernels_gpu (docs/kernels.md).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -10,6 +11,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "dcpp/attention/ring.hpp"
+#include "dcpp/comm/local.hpp"
 #include "dcpp/conv/conv1d.hpp"
 #include "dcpp/loss/token_mean.hpp"
 
@@ -106,6 +109,72 @@ void loss_rows(std::int64_t tokens, int heads, int repeats, unsigned workers) {
              copy_ms(bytes, repeats), static_cast<double>(tokens) / kernel / 1e3);
 }
 
+void attention_rows(int sequence, int sequences, int repeats, unsigned workers) {
+  constexpr int H = 4, HK = 2, D = 64;
+  std::vector<std::int32_t> cu{0};
+  for (int s = 0; s < sequences; ++s)
+    cu.push_back(cu.back() + sequence);
+  const auto part = dcpp::ring_partition::padded(cu, 1, 0);
+  const auto n = static_cast<std::size_t>(part.tokens());
+  std::vector<dcpp::bfloat16> q(n * H * D), k(n * HK * D), v(k.size()), o(q.size()), dout(q.size()),
+      dq(q.size()), dk(k.size()), dv(k.size());
+  for (std::size_t i = 0; i < q.size(); ++i)
+    q[i] = dcpp::from_float<dcpp::bfloat16>(static_cast<float>(i % 13) * 0.05f - 0.3f),
+    dout[i] = dcpp::from_float<dcpp::bfloat16>(static_cast<float>(i % 7) * 0.1f - 0.3f);
+  for (std::size_t i = 0; i < k.size(); ++i)
+    k[i] = dcpp::from_float<dcpp::bfloat16>(static_cast<float>(i % 11) * 0.05f - 0.25f),
+    v[i] = dcpp::from_float<dcpp::bfloat16>(static_cast<float>(i % 5) * 0.2f - 0.4f);
+  std::vector<float> lse(n * H);
+  const dcpp::attention_shape shape{H, HK, D, 0.0f};
+  const dcpp::host_attention policy{{.workers = workers}};
+  const dcpp::ring_options options{.launch = {.workers = workers}};
+  double fwd = 0, bwd = 0;
+  dcpp::run_local(1, [&](dcpp::local_communicator& comm) {
+    fwd = best_ms(repeats, [&] {
+      dcpp::ring_attention_forward<dcpp::local_communicator, dcpp::bfloat16>(
+          comm, part, shape, q, k, v, o, lse, policy, options);
+    });
+    bwd = best_ms(repeats, [&] {
+      dcpp::ring_attention_backward<dcpp::local_communicator, dcpp::bfloat16>(
+          comm, part, shape, q, k, v, o, lse, dout, dq, dk, dv, policy, options);
+    });
+  });
+  // Plain loop: the same causal forward in fp32, one thread, no launcher, no tiles.
+  std::vector<float> of(q.size()), score(static_cast<std::size_t>(sequence));
+  const double loop = best_ms(repeats, [&] {
+    for (int s = 0; s < sequences; ++s)
+      for (int h = 0; h < H; ++h)
+        for (int i = 0; i < sequence; ++i) {
+          const std::size_t qi = (static_cast<std::size_t>(s * sequence + i) * H + h) * D;
+          float mx = -1e30f, sum = 0;
+          for (int j = 0; j <= i; ++j) {
+            const std::size_t kj = (static_cast<std::size_t>(s * sequence + j) * HK + h / 2) * D;
+            float dot = 0;
+            for (int d = 0; d < D; ++d)
+              dot += dcpp::to_float(q[qi + d]) * dcpp::to_float(k[kj + d]);
+            score[static_cast<std::size_t>(j)] = dot * 0.125f;
+            mx = std::max(mx, dot * 0.125f);
+          }
+          for (int d = 0; d < D; ++d)
+            of[qi + d] = 0;
+          for (int j = 0; j <= i; ++j) {
+            const float w = std::exp(score[static_cast<std::size_t>(j)] - mx);
+            sum += w;
+            const std::size_t kj = (static_cast<std::size_t>(s * sequence + j) * HK + h / 2) * D;
+            for (int d = 0; d < D; ++d)
+              of[qi + d] += w * dcpp::to_float(v[kj + d]);
+          }
+          for (int d = 0; d < D; ++d)
+            of[qi + d] /= sum;
+        }
+  });
+  const auto tokens = static_cast<std::int64_t>(n);
+  fmt::print("{:<22} {:>8} {:>8} {:>12.2f} {:>12.2f} {:>12} {:>12.3f}\n", "attn fwd bf16 D=64",
+             tokens, "-", fwd, loop, "-", static_cast<double>(tokens) / fwd / 1e3);
+  fmt::print("{:<22} {:>8} {:>8} {:>12.2f} {:>12} {:>12} {:>12.3f}\n", "attn bwd bf16 D=64", tokens,
+             "-", bwd, "-", "-", static_cast<double>(tokens) / bwd / 1e3);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -125,5 +194,6 @@ int main(int argc, char** argv) {
   const std::int64_t tokens = quick ? 4096 : 32768;
   conv_rows(tokens, 256, repeats, workers);
   loss_rows(tokens * 4, 3, repeats, workers);
+  attention_rows(quick ? 256 : 1024, 4, repeats, workers);
   return 0;
 }
