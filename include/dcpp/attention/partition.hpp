@@ -101,7 +101,7 @@ public:
   }
   //! From real cu_seqlens, padding every sample to a multiple of 2*cp.
   static ring_partition padded(std::vector<std::int32_t> cu_seqlens, int cp, int rank) {
-    auto p = pad_cu_seqlens(cu_seqlens, cp);
+    auto p = pad_cu_seqlens(std::span<const std::int32_t>(cu_seqlens), cp);
     return ring_partition(std::move(cu_seqlens), std::move(p), cp, rank);
   }
 

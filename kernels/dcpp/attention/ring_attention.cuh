@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "dcpp/attention/ring_attention.hpp"
+#include "dcpp/attention/ring_attention_launch.hpp"
 #include "dcpp/simt/cuda_context.cuh"
 
 namespace dcpp::kernels {

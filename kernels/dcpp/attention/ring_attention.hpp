@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "dcpp/core/config.hpp"
@@ -74,8 +75,9 @@ struct attention_params {
 };
 
 //! Tile sizes: 4 warps of 16 rows; inner tiles of 64 (head dim 64) or 32 (head dim 128) rows so
-//! that the fragments of S and O stay in registers. Chosen by register/shared-memory budget, not
-//! by a device measurement (none available).
+//! that the fragments of S and O stay in registers. Shared-memory rows are padded by 16 bytes
+//! (`ld`, `pld`) so that the 8 rows a fragment load touches fall in distinct banks. Chosen by
+//! register/shared-memory budget, not by a device measurement (none available).
 template <int D, class T>
 struct attention_tile {
   static_assert(D == 64 || D == 128, "head dims 64 and 128");
@@ -83,13 +85,16 @@ struct attention_tile {
   static constexpr int threads = warps * simt::warp_size;
   static constexpr int rows = 16 * warps;         //!< rows per block (queries, or keys in dK/dV)
   static constexpr int inner = D <= 64 ? 64 : 32; //!< rows per inner step (keys, or queries)
+  static constexpr int pad = 16 / static_cast<int>(sizeof(T));
+  static constexpr int ld = D + pad;      //!< row stride of the Q/K/V/dO tiles
+  static constexpr int pld = inner + pad; //!< row stride of the per-warp P / dS tiles
   //! Dynamic shared memory of each kernel, in bytes.
   static constexpr std::size_t forward_shared =
-      (rows * D + 2 * inner * D + warps * 16 * inner) * sizeof(T);
+      (rows * ld + 2 * inner * ld + warps * 16 * pld) * sizeof(T);
   static constexpr std::size_t dq_shared =
-      (2 * rows * D + 2 * inner * D + warps * 16 * inner) * sizeof(T);
+      (2 * rows * ld + 2 * inner * ld + warps * 16 * pld) * sizeof(T);
   static constexpr std::size_t dkv_shared =
-      (2 * rows * D + 2 * inner * D + 2 * warps * 16 * inner) * sizeof(T) +
+      (2 * rows * ld + 2 * inner * ld + 2 * warps * 16 * pld) * sizeof(T) +
       2 * inner * sizeof(float);
 };
 
@@ -156,16 +161,28 @@ DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_query_range(ring_step_kind kin
     lo = k0;
 }
 
-//! Copies `rows` rows of D elements (row stride `stride` elements) to shared `dst` [cap x D];
+//! Copies `rows` rows of D elements (row stride `stride` elements) to shared `dst` [cap x LD];
 //! rows past `rows` become zero. Every thread of the block takes part.
-template <int D, class T, class Ctx>
+template <int D, int LD, class T, class Ctx>
 DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_load(Ctx& ctx, T* dst, const T* src,
                                                        std::int64_t stride, int rows, int cap) {
   const int threads = static_cast<int>(ctx.block_dim().volume());
   for (int idx = static_cast<int>(simt::thread_rank(ctx)); idx < cap * D; idx += threads) {
     const int r = idx / D, d = idx % D;
-    dst[idx] = r < rows ? src[r * stride + d] : from_float<T>(0.0f);
+    dst[r * LD + d] = r < rows ? src[r * stride + d] : from_float<T>(0.0f);
   }
+}
+
+//! The 32-bit word holding elements i and i+1 (i even) of a 16-bit shared array.
+template <class T>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE std::uint32_t attention_pair(const T* p, int i) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const std::uint32_t*>(p + i);
+#else
+  std::uint32_t w;
+  std::memcpy(&w, p + i, sizeof w);
+  return w;
+#endif
 }
 
 //! C (16 x 8, fragment `acc`) += A (16 x 16 at `a`, row stride `lda`) * B, where B(k, n) is at
@@ -187,19 +204,22 @@ DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_mma(Ctx& ctx, simt::mma_accumu
       acc.x[e] = s;
     }
   } else {
+    // Elements 2i and 2i+1 of a fragment are adjacent columns (A) or rows (B): one 32-bit load
+    // where they are adjacent in memory (A always; B when bk == 1, i.e. B is stored transposed).
     simt::mma_a_fragment fa;
     DCPP_UNROLL
     for (int i = 0; i < 4; ++i) {
-      const simt::mma_coord lo = simt::mma_a_coord(lane, 2 * i),
-                            hi = simt::mma_a_coord(lane, 2 * i + 1);
-      fa.x[i] = simt::mma_pack(a[lo.row * lda + lo.col], a[hi.row * lda + hi.col]);
+      const simt::mma_coord lo = simt::mma_a_coord(lane, 2 * i);
+      fa.x[i] = attention_pair(a, lo.row * lda + lo.col);
     }
     simt::mma_b_fragment fb;
     DCPP_UNROLL
     for (int i = 0; i < 2; ++i) {
       const simt::mma_coord lo = simt::mma_b_coord(lane, 2 * i),
                             hi = simt::mma_b_coord(lane, 2 * i + 1);
-      fb.x[i] = simt::mma_pack(b[lo.row * bk + lo.col * bn], b[hi.row * bk + hi.col * bn]);
+      fb.x[i] = bk == 1
+                    ? attention_pair(b, lo.row + lo.col * bn)
+                    : simt::mma_pack(b[lo.row * bk + lo.col * bn], b[hi.row * bk + hi.col * bn]);
     }
     acc = ctx.template mma_m16n8k16<T>(fa, fb, acc);
   }
@@ -226,19 +246,20 @@ template <int D, class T, class Ctx>
 DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>& p) {
   using cfg = attention_tile<D, T>;
   constexpr int BM = cfg::rows, BN = cfg::inner, NT = BN / 8, DT = D / 8;
+  constexpr int LD = cfg::ld, PLD = cfg::pld;
   const int tile = static_cast<int>(ctx.block_index().x), h = static_cast<int>(ctx.block_index().y);
   const int hk = h / (p.heads / p.kv_heads);
   const int s = p.tiles.seq[tile], row0 = p.tiles.begin[tile], row1 = p.tiles.end[tile];
   const int base = p.layout.offset[s], len = p.layout.offset[s + 1] - base, chunk = len / 2;
-  T* qs = ctx.template shared_array<T>(BM * D);
-  T* ks = ctx.template shared_array<T>(BN * D);
-  T* vs = ctx.template shared_array<T>(BN * D);
-  T* ps_all = ctx.template shared_array<T>(cfg::warps * 16 * BN);
+  T* qs = ctx.template shared_array<T>(BM * LD);
+  T* ks = ctx.template shared_array<T>(BN * LD);
+  T* vs = ctx.template shared_array<T>(BN * LD);
+  T* ps_all = ctx.template shared_array<T>(cfg::warps * 16 * PLD);
   const unsigned lane = simt::lane_of(ctx), warp = simt::warp_of(ctx);
-  T* ps = ps_all + warp * 16 * BN;
+  T* ps = ps_all + warp * 16 * PLD;
   const std::int64_t q_stride = static_cast<std::int64_t>(p.heads) * D;
   const std::int64_t kv_stride = static_cast<std::int64_t>(p.kv_heads) * D;
-  detail::attention_load<D>(ctx, qs, p.q + row0 * q_stride + h * D, q_stride, row1 - row0, BM);
+  detail::attention_load<D, LD>(ctx, qs, p.q + row0 * q_stride + h * D, q_stride, row1 - row0, BM);
 
   int k_lo, k_hi;
   detail::attention_key_range(p.kind, len, row1 - base, k_lo, k_hi);
@@ -253,8 +274,10 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
   for (int kb = k_lo; kb < k_hi; kb += BN) {
     const int nk = k_hi - kb < BN ? k_hi - kb : BN;
     ctx.sync_block(); // everyone is done with the previous K/V tile
-    detail::attention_load<D>(ctx, ks, p.k + (base + kb) * kv_stride + hk * D, kv_stride, nk, BN);
-    detail::attention_load<D>(ctx, vs, p.v + (base + kb) * kv_stride + hk * D, kv_stride, nk, BN);
+    detail::attention_load<D, LD>(ctx, ks, p.k + (base + kb) * kv_stride + hk * D, kv_stride, nk,
+                                  BN);
+    detail::attention_load<D, LD>(ctx, vs, p.v + (base + kb) * kv_stride + hk * D, kv_stride, nk,
+                                  BN);
     ctx.sync_block();
     simt::mma_accumulator sc[NT];
     DCPP_UNROLL
@@ -264,8 +287,8 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
     for (int kk = 0; kk < D / 16; ++kk) {
       DCPP_UNROLL
       for (int nt = 0; nt < NT; ++nt)
-        detail::attention_mma<T>(ctx, sc[nt], qs + warp * 16 * D + kk * 16, D,
-                                 ks + nt * 8 * D + kk * 16, 1, D);
+        detail::attention_mma<T>(ctx, sc[nt], qs + warp * 16 * LD + kk * 16, LD,
+                                 ks + nt * 8 * LD + kk * 16, 1, LD);
     }
     float mx[2] = {m[0], m[1]};
     DCPP_UNROLL
@@ -304,7 +327,7 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
         const float pv =
             x == detail::attention_neg_inf() ? 0.0f : detail::attention_exp2(x - m[e >> 1]);
         l[e >> 1] += pv;
-        ps[c.row * BN + nt * 8 + c.col] = from_float<T>(pv);
+        ps[c.row * PLD + nt * 8 + c.col] = from_float<T>(pv);
       }
     }
     ctx.sync_warp();
@@ -312,7 +335,8 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
     for (int kk = 0; kk < BN / 16; ++kk) {
       DCPP_UNROLL
       for (int dt = 0; dt < DT; ++dt)
-        detail::attention_mma<T>(ctx, acc[dt], ps + kk * 16, BN, vs + kk * 16 * D + dt * 8, D, 1);
+        detail::attention_mma<T>(ctx, acc[dt], ps + kk * 16, PLD, vs + kk * 16 * LD + dt * 8, LD,
+                                 1);
     }
   }
 
@@ -399,21 +423,23 @@ template <int D, class T, class Ctx>
 DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) {
   using cfg = attention_tile<D, T>;
   constexpr int BM = cfg::rows, BN = cfg::inner, NT = BN / 8, DT = D / 8;
+  constexpr int LD = cfg::ld, PLD = cfg::pld;
   const int tile = static_cast<int>(ctx.block_index().x), h = static_cast<int>(ctx.block_index().y);
   const int hk = h / (p.heads / p.kv_heads);
   const int s = p.tiles.seq[tile], row0 = p.tiles.begin[tile], row1 = p.tiles.end[tile];
   const int base = p.layout.offset[s], len = p.layout.offset[s + 1] - base, chunk = len / 2;
-  T* qs = ctx.template shared_array<T>(BM * D);
-  T* dos = ctx.template shared_array<T>(BM * D);
-  T* ks = ctx.template shared_array<T>(BN * D);
-  T* vs = ctx.template shared_array<T>(BN * D);
-  T* ds_all = ctx.template shared_array<T>(cfg::warps * 16 * BN);
+  T* qs = ctx.template shared_array<T>(BM * LD);
+  T* dos = ctx.template shared_array<T>(BM * LD);
+  T* ks = ctx.template shared_array<T>(BN * LD);
+  T* vs = ctx.template shared_array<T>(BN * LD);
+  T* ds_all = ctx.template shared_array<T>(cfg::warps * 16 * PLD);
   const unsigned lane = simt::lane_of(ctx), warp = simt::warp_of(ctx);
-  T* ds = ds_all + warp * 16 * BN;
+  T* ds = ds_all + warp * 16 * PLD;
   const std::int64_t q_stride = static_cast<std::int64_t>(p.heads) * D;
   const std::int64_t kv_stride = static_cast<std::int64_t>(p.kv_heads) * D;
-  detail::attention_load<D>(ctx, qs, p.q + row0 * q_stride + h * D, q_stride, row1 - row0, BM);
-  detail::attention_load<D>(ctx, dos, p.dout + row0 * q_stride + h * D, q_stride, row1 - row0, BM);
+  detail::attention_load<D, LD>(ctx, qs, p.q + row0 * q_stride + h * D, q_stride, row1 - row0, BM);
+  detail::attention_load<D, LD>(ctx, dos, p.dout + row0 * q_stride + h * D, q_stride, row1 - row0,
+                                BM);
   const int my_row = row0 - base + static_cast<int>(warp) * 16;
   float lse2[2], dsum[2];
   DCPP_UNROLL
@@ -436,8 +462,10 @@ DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) 
   for (int kb = k_lo; kb < k_hi; kb += BN) {
     const int nk = k_hi - kb < BN ? k_hi - kb : BN;
     ctx.sync_block();
-    detail::attention_load<D>(ctx, ks, p.k + (base + kb) * kv_stride + hk * D, kv_stride, nk, BN);
-    detail::attention_load<D>(ctx, vs, p.v + (base + kb) * kv_stride + hk * D, kv_stride, nk, BN);
+    detail::attention_load<D, LD>(ctx, ks, p.k + (base + kb) * kv_stride + hk * D, kv_stride, nk,
+                                  BN);
+    detail::attention_load<D, LD>(ctx, vs, p.v + (base + kb) * kv_stride + hk * D, kv_stride, nk,
+                                  BN);
     ctx.sync_block();
     simt::mma_accumulator sc[NT], dp[NT];
     DCPP_UNROLL
@@ -447,10 +475,10 @@ DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) 
     for (int kk = 0; kk < D / 16; ++kk) {
       DCPP_UNROLL
       for (int nt = 0; nt < NT; ++nt) {
-        detail::attention_mma<T>(ctx, sc[nt], qs + warp * 16 * D + kk * 16, D,
-                                 ks + nt * 8 * D + kk * 16, 1, D);
-        detail::attention_mma<T>(ctx, dp[nt], dos + warp * 16 * D + kk * 16, D,
-                                 vs + nt * 8 * D + kk * 16, 1, D);
+        detail::attention_mma<T>(ctx, sc[nt], qs + warp * 16 * LD + kk * 16, LD,
+                                 ks + nt * 8 * LD + kk * 16, 1, LD);
+        detail::attention_mma<T>(ctx, dp[nt], dos + warp * 16 * LD + kk * 16, LD,
+                                 vs + nt * 8 * LD + kk * 16, 1, LD);
       }
     }
     DCPP_UNROLL
@@ -462,7 +490,7 @@ DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) 
         const bool vis = i < row1 - base && j < k_hi &&
                          detail::attention_visible(p.layout, p.kind, s, chunk, i, j);
         const float pv = vis ? detail::attention_exp2(sc[nt].x[e] * scale2 - lse2[e >> 1]) : 0.0f;
-        ds[c.row * BN + nt * 8 + c.col] = from_float<T>(pv * (dp[nt].x[e] - dsum[e >> 1]));
+        ds[c.row * PLD + nt * 8 + c.col] = from_float<T>(pv * (dp[nt].x[e] - dsum[e >> 1]));
       }
     }
     ctx.sync_warp();
@@ -470,7 +498,8 @@ DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) 
     for (int kk = 0; kk < BN / 16; ++kk) {
       DCPP_UNROLL
       for (int dt = 0; dt < DT; ++dt)
-        detail::attention_mma<T>(ctx, acc[dt], ds + kk * 16, BN, ks + kk * 16 * D + dt * 8, D, 1);
+        detail::attention_mma<T>(ctx, acc[dt], ds + kk * 16, PLD, ks + kk * 16 * LD + dt * 8, LD,
+                                 1);
     }
   }
   DCPP_UNROLL
@@ -492,27 +521,30 @@ template <int D, class T, class Ctx>
 DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p) {
   using cfg = attention_tile<D, T>;
   constexpr int BN = cfg::rows, BM = cfg::inner, MT = BM / 8, DT = D / 8;
+  constexpr int LD = cfg::ld, PLD = cfg::pld;
   const int tile = static_cast<int>(ctx.block_index().x),
             hk = static_cast<int>(ctx.block_index().y);
   const int group = p.heads / p.kv_heads;
   const int s = p.tiles.seq[tile], key0 = p.tiles.begin[tile], key1 = p.tiles.end[tile];
   const int base = p.layout.offset[s], len = p.layout.offset[s + 1] - base, chunk = len / 2;
-  T* ks = ctx.template shared_array<T>(BN * D);
-  T* vs = ctx.template shared_array<T>(BN * D);
-  T* qs = ctx.template shared_array<T>(BM * D);
-  T* dos = ctx.template shared_array<T>(BM * D);
-  T* pt_all = ctx.template shared_array<T>(cfg::warps * 16 * BM);
-  T* dst_all = ctx.template shared_array<T>(cfg::warps * 16 * BM);
+  T* ks = ctx.template shared_array<T>(BN * LD);
+  T* vs = ctx.template shared_array<T>(BN * LD);
+  T* qs = ctx.template shared_array<T>(BM * LD);
+  T* dos = ctx.template shared_array<T>(BM * LD);
+  T* pt_all = ctx.template shared_array<T>(cfg::warps * 16 * PLD);
+  T* dst_all = ctx.template shared_array<T>(cfg::warps * 16 * PLD);
   float* lse2_s = ctx.template shared_array<float>(BM);
   float* dsum_s = ctx.template shared_array<float>(BM);
   const unsigned lane = simt::lane_of(ctx), warp = simt::warp_of(ctx);
-  T* pt = pt_all + warp * 16 * BM;
-  T* dst = dst_all + warp * 16 * BM;
+  T* pt = pt_all + warp * 16 * PLD;
+  T* dst = dst_all + warp * 16 * PLD;
   const int threads = static_cast<int>(ctx.block_dim().volume());
   const std::int64_t q_stride = static_cast<std::int64_t>(p.heads) * D;
   const std::int64_t kv_stride = static_cast<std::int64_t>(p.kv_heads) * D;
-  detail::attention_load<D>(ctx, ks, p.k + key0 * kv_stride + hk * D, kv_stride, key1 - key0, BN);
-  detail::attention_load<D>(ctx, vs, p.v + key0 * kv_stride + hk * D, kv_stride, key1 - key0, BN);
+  detail::attention_load<D, LD>(ctx, ks, p.k + key0 * kv_stride + hk * D, kv_stride, key1 - key0,
+                                BN);
+  detail::attention_load<D, LD>(ctx, vs, p.v + key0 * kv_stride + hk * D, kv_stride, key1 - key0,
+                                BN);
   const int my_key = key0 - base + static_cast<int>(warp) * 16; // local key of the warp's row 0
   int q_lo, q_hi;
   detail::attention_query_range(p.kind, len, key0 - base, q_lo, q_hi);
@@ -526,9 +558,10 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
     for (int qb = q_lo; qb < q_hi; qb += BM) {
       const int nq = q_hi - qb < BM ? q_hi - qb : BM;
       ctx.sync_block();
-      detail::attention_load<D>(ctx, qs, p.q + (base + qb) * q_stride + h * D, q_stride, nq, BM);
-      detail::attention_load<D>(ctx, dos, p.dout + (base + qb) * q_stride + h * D, q_stride, nq,
-                                BM);
+      detail::attention_load<D, LD>(ctx, qs, p.q + (base + qb) * q_stride + h * D, q_stride, nq,
+                                    BM);
+      detail::attention_load<D, LD>(ctx, dos, p.dout + (base + qb) * q_stride + h * D, q_stride, nq,
+                                    BM);
       for (int r = static_cast<int>(simt::thread_rank(ctx)); r < BM; r += threads) {
         const std::int64_t at = static_cast<std::int64_t>(base + qb + r) * p.heads + h;
         lse2_s[r] = r < nq ? p.lse_final[at] * detail::attention_log2e : 0.0f;
@@ -543,10 +576,10 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
       for (int kk = 0; kk < D / 16; ++kk) {
         DCPP_UNROLL
         for (int mt = 0; mt < MT; ++mt) {
-          detail::attention_mma<T>(ctx, st[mt], ks + warp * 16 * D + kk * 16, D,
-                                   qs + mt * 8 * D + kk * 16, 1, D);
-          detail::attention_mma<T>(ctx, dpt[mt], vs + warp * 16 * D + kk * 16, D,
-                                   dos + mt * 8 * D + kk * 16, 1, D);
+          detail::attention_mma<T>(ctx, st[mt], ks + warp * 16 * LD + kk * 16, LD,
+                                   qs + mt * 8 * LD + kk * 16, 1, LD);
+          detail::attention_mma<T>(ctx, dpt[mt], vs + warp * 16 * LD + kk * 16, LD,
+                                   dos + mt * 8 * LD + kk * 16, 1, LD);
         }
       }
       DCPP_UNROLL
@@ -558,8 +591,8 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
           const bool vis = j < key1 - base && i < q_hi &&
                            detail::attention_visible(p.layout, p.kind, s, chunk, i, j);
           const float pv = vis ? detail::attention_exp2(st[mt].x[e] * scale2 - lse2_s[qi]) : 0.0f;
-          pt[c.row * BM + qi] = from_float<T>(pv);
-          dst[c.row * BM + qi] = from_float<T>(pv * (dpt[mt].x[e] - dsum_s[qi]));
+          pt[c.row * PLD + qi] = from_float<T>(pv);
+          dst[c.row * PLD + qi] = from_float<T>(pv * (dpt[mt].x[e] - dsum_s[qi]));
         }
       }
       ctx.sync_warp();
@@ -567,8 +600,10 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
       for (int kk = 0; kk < BM / 16; ++kk) {
         DCPP_UNROLL
         for (int dt = 0; dt < DT; ++dt) {
-          detail::attention_mma<T>(ctx, dv[dt], pt + kk * 16, BM, dos + kk * 16 * D + dt * 8, D, 1);
-          detail::attention_mma<T>(ctx, dk[dt], dst + kk * 16, BM, qs + kk * 16 * D + dt * 8, D, 1);
+          detail::attention_mma<T>(ctx, dv[dt], pt + kk * 16, PLD, dos + kk * 16 * LD + dt * 8, LD,
+                                   1);
+          detail::attention_mma<T>(ctx, dk[dt], dst + kk * 16, PLD, qs + kk * 16 * LD + dt * 8, LD,
+                                   1);
         }
       }
     }

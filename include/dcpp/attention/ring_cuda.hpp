@@ -1,0 +1,325 @@
+// THD ring attention on CUDA devices with a device-memory communicator (NCCL): the same ring,
+// merge and backward ring as dcpp/attention/ring.hpp, on two streams. The compute stream runs
+// the step kernels; the communicator's stream runs the K/V (and dK/dV) transfers, started after
+// an event that says the compute stream no longer reads the buffer being overwritten, and the
+// compute stream waits on the transfer's event (never the host) before the next step.
+// `cuda_attention<T>` is dcpp's per-step policy on the device; any type with the same
+// forward_step/backward_step taking device pointers can replace it. Plain C++ (no nvcc needed);
+// link kernels/dcpp/attention/ring_attention_instances.cu compiled by nvcc (Meson:
+// `dcpp_cuda_kernels_dep`) for the kernel launches.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "dcpp/attention/partition.hpp"
+#include "dcpp/attention/ring.hpp"
+#include "dcpp/attention/ring_attention_launch.hpp" // kernels/: declarations of the launches
+#include "dcpp/error.hpp"
+
+namespace dcpp {
+
+namespace detail {
+
+inline void attention_cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw error(status_code::communication_error,
+                fmt::format("ring attention: {} failed: {}", what, cudaGetErrorString(e)));
+}
+
+//! A device array owned by the ring (cudaMalloc / cudaFree).
+template <class T>
+class device_array {
+public:
+  device_array() = default;
+  explicit device_array(std::size_t n) : n_(n) {
+    if (n > 0)
+      attention_cuda_check(cudaMalloc(reinterpret_cast<void**>(&data_), n * sizeof(T)),
+                           "cudaMalloc");
+  }
+  explicit device_array(const std::vector<T>& host) : device_array(host.size()) {
+    if (n_ > 0)
+      attention_cuda_check(cudaMemcpy(data_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice),
+                           "cudaMemcpy");
+  }
+  device_array(device_array&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  device_array& operator=(device_array&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~device_array() {
+    if (data_ != nullptr)
+      cudaFree(data_);
+  }
+  [[nodiscard]] T* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+
+private:
+  T* data_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+//! A work list in device memory.
+struct device_tiles {
+  device_array<std::int32_t> seq, begin, end;
+  int count = 0;
+  explicit device_tiles(const attention_tile_list& t)
+      : seq(t.seq), begin(t.begin), end(t.end), count(t.count()) {}
+  [[nodiscard]] kernels::attention_tiles view() const noexcept {
+    return {seq.data(), begin.data(), end.data(), count};
+  }
+};
+
+} // namespace detail
+
+//! dcpp's per-step kernels on the device, on `stream`. Uploads the partition's work lists once.
+template <class T>
+class cuda_attention {
+public:
+  cuda_attention(const ring_partition& part, cudaStream_t stream)
+      : stream_(stream), all_(part.tiles(64, attention_rows::all)),
+        first_(part.tiles(64, attention_rows::first_half)),
+        second_(part.tiles(64, attention_rows::second_half)) {
+    static_assert(kernels::attention_tile<64, T>::rows == 64 &&
+                  kernels::attention_tile<128, T>::rows == 64);
+  }
+
+  void forward_step(const attention_step<T>& s) const {
+    auto p = s.params;
+    p.tiles = (p.kind == kernels::ring_step_kind::upper ? second_ : all_).view();
+    detail::attention_cuda_check(
+        dispatch(
+            s.shape.head_dim,
+            [&](auto d) { return kernels::attention_forward<decltype(d)::value, T>(p, stream_); }),
+        "attention_forward");
+  }
+  void backward_step(const attention_step<T>& s) const {
+    auto p = s.params;
+    p.tiles = (p.kind == kernels::ring_step_kind::lower ? first_ : all_).view();
+    const auto q_tiles = (p.kind == kernels::ring_step_kind::upper ? second_ : all_).view();
+    detail::attention_cuda_check(
+        dispatch(s.shape.head_dim,
+                 [&](auto d) {
+                   return kernels::attention_backward<decltype(d)::value, T>(p, q_tiles, stream_);
+                 }),
+        "attention_backward");
+  }
+  //! The work list of the rows a merge covers.
+  [[nodiscard]] kernels::attention_tiles rows(kernels::ring_step_kind kind) const {
+    return (kind == kernels::ring_step_kind::upper ? second_ : all_).view();
+  }
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+
+  template <class F>
+  static cudaError_t dispatch(int head_dim, F&& f) {
+    if (head_dim == 64)
+      return f(std::integral_constant<int, 64>{});
+    if (head_dim == 128)
+      return f(std::integral_constant<int, 128>{});
+    throw error(
+        status_code::invalid_option,
+        fmt::format("ring attention: head_dim = {}; dcpp's kernels take 64 or 128", head_dim));
+  }
+
+private:
+  cudaStream_t stream_;
+  detail::device_tiles all_, first_, second_;
+};
+
+//! Ring attention of one rank of a CP group on the device. `comm` is the group's device-memory
+//! communicator (its exchange handles provide `wait_on(stream)`, its `stream()` runs transfers);
+//! kernels run on `stream`. Buffers are device pointers in the partition's local layout, like
+//! the host functions of dcpp/attention/ring.hpp. Work space is allocated once per object.
+template <class C, class T>
+class cuda_ring_attention {
+public:
+  cuda_ring_attention(C comm, const ring_partition& part, const attention_shape& shape,
+                      cudaStream_t stream)
+      : comm_(std::move(comm)), part_(part), shape_(shape), stream_(stream), policy_(part, stream) {
+    static_assert(C::buffer_memory == memory_space::device,
+                  "cuda_ring_attention moves device buffers; use a device-memory communicator");
+    const std::int64_t n = part.tokens();
+    qn_ = n * shape.heads * shape.head_dim;
+    kvn_ = n * shape.kv_heads * shape.head_dim;
+    offsets_ = detail::device_array<std::int32_t>(part.offsets());
+    for (int r = 0; r < part.cp(); ++r)
+      real_.emplace_back(part.real_of(r));
+    detail::attention_cuda_check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming),
+                                 "cudaEventCreate");
+  }
+  cuda_ring_attention(const cuda_ring_attention&) = delete;
+  cuda_ring_attention& operator=(const cuda_ring_attention&) = delete;
+  ~cuda_ring_attention() { cudaEventDestroy(ready_); }
+
+  //! o (like q) and lse [tokens, heads] from q, k, v; enqueued on the compute stream.
+  void forward(const T* q, const T* k, const T* v, T* o, float* lse) {
+    const int cp = part_.cp(), rank = part_.rank();
+    detail::check_attention_call(comm_, part_, shape_, 0, {});
+    ensure_forward_space();
+    copy_kv(k, v);
+    for (int step = 0, cur = 0; step < cp; ++step, cur ^= 1) {
+      const int owner = (rank - step + cp) % cp;
+      auto transfer = start_transfer(kv_[cur].data(), kv_[cur ^ 1].data(), 2 * kvn_, step + 1 < cp,
+                                     0x7a00 + step);
+      attention_step<T> s = make_step(step, owner, q, kv_[cur].data());
+      s.params.o = step == 0 ? o_acc_.data() : o_part_.data();
+      s.params.lse = step == 0 ? lse : lse_part_.data();
+      policy_.forward_step(s);
+      if (step > 0)
+        detail::attention_cuda_check(
+            cuda_attention<T>::dispatch(shape_.head_dim,
+                                        [&](auto d) {
+                                          constexpr int D = decltype(d)::value;
+                                          return kernels::attention_merge<D>(
+                                              {o_acc_.data(), lse, o_part_.data(), lse_part_.data(),
+                                               shape_.heads, policy_.rows(s.params.kind)},
+                                              stream_);
+                                        }),
+            "attention_merge");
+      finish_transfer(transfer);
+    }
+    detail::attention_cuda_check(kernels::attention_convert<T>(o_acc_.data(), o, qn_, stream_),
+                                 "attention_convert");
+  }
+
+  //! dq, dk, dv from q, k, v, the forward's o and lse, and dout; on the compute stream.
+  void backward(const T* q, const T* k, const T* v, const T* o, const float* lse, const T* dout,
+                T* dq, T* dk, T* dv) {
+    const int cp = part_.cp(), rank = part_.rank();
+    detail::check_attention_call(comm_, part_, shape_, 1, {});
+    ensure_backward_space();
+    kernels::attention_params<T> pre;
+    pre.out = o, pre.dout = dout, pre.dsum = dsum_.data(), pre.tokens = part_.tokens();
+    pre.heads = shape_.heads;
+    detail::attention_cuda_check(
+        cuda_attention<T>::dispatch(
+            shape_.head_dim,
+            [&](auto d) { return kernels::attention_dsum<decltype(d)::value, T>(pre, stream_); }),
+        "attention_dsum");
+    copy_kv(k, v);
+    zero(dq_acc_.data(), qn_);
+    zero(dkv_[0].data(), 2 * kvn_);
+    int cur = 0;
+    for (int step = 0; step < cp; ++step) {
+      const int owner = (rank - step + cp) % cp;
+      auto transfer = start_transfer(kv_[cur].data(), kv_[cur ^ 1].data(), 2 * kvn_, step + 1 < cp,
+                                     0x7b00 + step);
+      attention_step<T> s = make_step(step, owner, q, kv_[cur].data());
+      auto& p = s.params;
+      p.out = o, p.dout = dout, p.lse_final = lse, p.dsum = dsum_.data(), p.dq = dq_acc_.data();
+      p.dk = dkv_[cur].data(), p.dv = dkv_[cur].data() + kvn_;
+      policy_.backward_step(s);
+      finish_transfer(transfer);
+      if (cp > 1) { // dK/dV follow their block; after the last step they reach their owner
+        auto back =
+            start_transfer(dkv_[cur].data(), dkv_[cur ^ 1].data(), 2 * kvn_, true, 0x7c00 + step);
+        finish_transfer(back);
+        cur ^= 1;
+      }
+    }
+    detail::attention_cuda_check(kernels::attention_convert<T>(dq_acc_.data(), dq, qn_, stream_),
+                                 "attention_convert");
+    detail::attention_cuda_check(kernels::attention_convert<T>(dkv_[cur].data(), dk, kvn_, stream_),
+                                 "attention_convert");
+    detail::attention_cuda_check(
+        kernels::attention_convert<T>(dkv_[cur].data() + kvn_, dv, kvn_, stream_),
+        "attention_convert");
+  }
+
+private:
+  template <class E>
+  using handle =
+      decltype(std::declval<C&>().exchange(std::span<const E>(), 0, std::span<E>(), 0, 0));
+
+  attention_step<T> make_step(int step, int owner, const T* q, const T* kv) const {
+    attention_step<T> s;
+    s.step = step, s.kv_owner = owner, s.partition = &part_, s.shape = shape_;
+    auto& p = s.params;
+    p.q = q, p.k = kv, p.v = kv + kvn_;
+    p.tokens = part_.tokens(), p.heads = shape_.heads, p.kv_heads = shape_.kv_heads;
+    p.scale = shape_.softmax_scale();
+    p.kind = detail::ring_step_kind_of(step, owner, part_.rank());
+    p.layout = {offsets_.data(), real_[static_cast<std::size_t>(part_.rank())].data(),
+                real_[static_cast<std::size_t>(owner)].data(), part_.sequences()};
+    return s;
+  }
+
+  //! Starts send -> next / receive <- previous on the communicator's stream once the compute
+  //! stream is past everything enqueued so far (the receive buffer's last reader).
+  template <class E>
+  std::optional<handle<E>> start_transfer(const E* send, E* recv, std::int64_t n, bool run,
+                                          int tag) {
+    if (!run)
+      return std::nullopt;
+    detail::attention_cuda_check(cudaEventRecord(ready_, stream_), "cudaEventRecord");
+    detail::attention_cuda_check(cudaStreamWaitEvent(comm_.stream(), ready_, 0),
+                                 "cudaStreamWaitEvent");
+    const int cp = part_.cp(), rank = part_.rank();
+    return comm_.exchange(std::span<const E>(send, static_cast<std::size_t>(n)), (rank + 1) % cp,
+                          std::span<E>(recv, static_cast<std::size_t>(n)), (rank - 1 + cp) % cp,
+                          tag);
+  }
+  template <class H>
+  void finish_transfer(std::optional<H>& h) {
+    if (h)
+      h->wait_on(stream_);
+  }
+
+  void copy_kv(const T* k, const T* v) {
+    const auto bytes = static_cast<std::size_t>(kvn_) * sizeof(T);
+    detail::attention_cuda_check(
+        cudaMemcpyAsync(kv_[0].data(), k, bytes, cudaMemcpyDeviceToDevice, stream_), "copy K");
+    detail::attention_cuda_check(
+        cudaMemcpyAsync(kv_[0].data() + kvn_, v, bytes, cudaMemcpyDeviceToDevice, stream_),
+        "copy V");
+  }
+  void zero(float* p, std::int64_t n) {
+    detail::attention_cuda_check(
+        cudaMemsetAsync(p, 0, static_cast<std::size_t>(n) * sizeof(float), stream_), "memset");
+  }
+  void ensure_kv() {
+    if (kv_[0].size() == 0)
+      for (auto& b : kv_)
+        b = detail::device_array<T>(static_cast<std::size_t>(2 * kvn_));
+  }
+  void ensure_forward_space() {
+    ensure_kv();
+    if (o_acc_.size() == 0) {
+      o_acc_ = detail::device_array<float>(static_cast<std::size_t>(qn_));
+      o_part_ = detail::device_array<float>(static_cast<std::size_t>(qn_));
+      lse_part_ =
+          detail::device_array<float>(static_cast<std::size_t>(part_.tokens() * shape_.heads));
+    }
+  }
+  void ensure_backward_space() {
+    ensure_kv();
+    if (dq_acc_.size() == 0) {
+      dq_acc_ = detail::device_array<float>(static_cast<std::size_t>(qn_));
+      dsum_ = detail::device_array<float>(static_cast<std::size_t>(part_.tokens() * shape_.heads));
+      for (auto& b : dkv_)
+        b = detail::device_array<float>(static_cast<std::size_t>(2 * kvn_));
+    }
+  }
+
+  C comm_;
+  ring_partition part_;
+  attention_shape shape_;
+  cudaStream_t stream_;
+  cuda_attention<T> policy_;
+  std::int64_t qn_ = 0, kvn_ = 0;
+  detail::device_array<std::int32_t> offsets_;
+  std::vector<detail::device_array<std::int32_t>> real_;
+  detail::device_array<T> kv_[2];
+  detail::device_array<float> o_acc_, o_part_, lse_part_, dq_acc_, dsum_, dkv_[2];
+  cudaEvent_t ready_ = nullptr;
+};
+
+} // namespace dcpp
