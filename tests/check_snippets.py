@@ -12,6 +12,7 @@ root = pathlib.Path(sys.argv[1])
 quotes = {
     "examples/plan_batch.cpp": ["README.md"],
     "examples/mpi_data_path.cpp": ["docs/data-path.md"],
+    "examples/custom_cost.cpp": ["docs/policies.md"],
 }
 failed = False
 for source, docs in quotes.items():
