@@ -232,6 +232,24 @@ TEST_CASE("ring attention: partition geometry against a direct zigzag walk") {
   }
 }
 
+TEST_CASE("ring attention: a partition from a router layout") {
+  dcpp::thd_layout t;
+  t.first_rank = 4, t.cp = 2, t.rank_in_group = 1;
+  t.samples = {7, 3};
+  t.cu_seqlens = {0, 5, 9};
+  t.cu_seqlens_padded = {0, 8, 12};
+  const auto a = dcpp::ring_partition::from(t);
+  const dcpp::ring_partition b({0, 5, 9}, {0, 8, 12}, 2, 1);
+  CHECK(a.tokens() == t.tokens());
+  CHECK(a.offsets() == b.offsets());
+  CHECK(a.own_real() == b.own_real());
+  CHECK(a.source_rows() == b.source_rows());
+  // sample 0: chunks of 2; rank 1 holds chunks 1 (positions 2, 3) and 2 (positions 4, 5 of 5)
+  CHECK(a.own_real() == std::vector<std::int32_t>{2, 1, 1, 1}); // sample 1: chunks of 1, both real
+  CHECK_THROWS_WITH(dcpp::ring_partition::from(dcpp::thd_layout{}),
+                    "ring attention: the rank is idle in this micro-batch");
+}
+
 TEST_CASE("ring attention: gather and scatter round trip") {
   const std::vector<std::int32_t> cu{0, 1, 6, 6, 40};
   std::vector<float> full(static_cast<std::size_t>(cu.back()) * 3);

@@ -1,0 +1,405 @@
+// cpu_trainer: a small but real model trained with dynamic context parallelism on CPUs under
+// MPI (`mpirun -np 4 cpu_trainer`). Every step: each rank's data shard -> gather lengths, plan,
+// route (plan_step) -> per micro-batch, on the rank's CP group: token embedding, the varlen
+// causal conv1d (CP halo), causal self-attention through the ring attention kernels, an MLP, an
+// output projection, cross-entropy with the loss-token reduction -> backward through all of it
+// -> all-reduce of the gradients -> SGD with momentum. fp32 throughout; the kernels run through
+// the host launcher. The task: after two random tokens, each token is the one two places back
+// plus 3 (modulo the vocabulary), so the next token is predictable from context (the conv's
+// reach, or attention) but not from the current token alone; the loss falls from ln 16 = 2.77
+// as the model learns it. The same run on one rank gives the same losses and
+// weights up to fp32 summation order: that is the proof that dynamic CP changes nothing but
+// speed (tests/examples/test_cpu_trainer.cpp).
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <dcpp/attention/ring.hpp>
+#include <dcpp/comm/mpi.hpp>
+#include <dcpp/conv/conv1d.hpp>
+#include <dcpp/dcpp.hpp>
+#include <dcpp/io/npy.hpp>
+#include <dcpp/loss/token_mean.hpp>
+#include <dcpp/route/router.hpp>
+
+namespace {
+
+constexpr int vocab = 16, dim = 64, hidden = 128, width = 4;
+
+//! All parameters in one flat vector (one all-reduce for the gradients), with named views.
+struct parameters {
+  std::vector<float> data;
+  std::size_t embed, conv_w, conv_b, wq, wk, wv, wo, w1, w2, out, total;
+  parameters() {
+    std::size_t at = 0;
+    auto take = [&at](std::size_t n) {
+      const std::size_t here = at;
+      at += n;
+      return here;
+    };
+    embed = take(vocab * dim), conv_w = take(dim * width), conv_b = take(dim);
+    wq = take(dim * dim), wk = take(dim * dim), wv = take(dim * dim), wo = take(dim * dim);
+    w1 = take(dim * hidden), w2 = take(hidden * dim), out = take(dim * vocab);
+    total = at;
+    data.assign(total, 0.0f);
+  }
+  float* operator()(std::size_t offset) { return data.data() + offset; }
+  const float* operator()(std::size_t offset) const { return data.data() + offset; }
+};
+
+//! Seeded initialisation, identical on every rank (uniform, scaled by 1/sqrt(fan-in)).
+void initialise(parameters& p, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto fill = [&](std::size_t at, std::size_t n, double scale) {
+    std::uniform_real_distribution<double> u(-scale, scale);
+    for (std::size_t i = 0; i < n; ++i)
+      p.data[at + i] = static_cast<float>(u(rng));
+  };
+  fill(p.embed, vocab * dim, 1.0);
+  fill(p.conv_w, dim * width, 0.5);
+  fill(p.conv_b, dim, 0.1);
+  for (const auto at : {p.wq, p.wk, p.wv, p.wo})
+    fill(at, dim * dim, 1.0 / std::sqrt(dim));
+  fill(p.w1, dim * hidden, 1.0 / std::sqrt(dim));
+  fill(p.w2, hidden * dim, 1.0 / std::sqrt(hidden));
+  fill(p.out, dim * vocab, 1.0 / std::sqrt(dim));
+}
+
+// Y[n x m] = X[n x k] W[k x m]
+void matmul(const float* x, const float* w, float* y, std::int64_t n, int k, int m) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    float* yi = y + i * m;
+    std::fill(yi, yi + m, 0.0f);
+    for (int j = 0; j < k; ++j) {
+      const float a = x[i * k + j];
+      const float* wj = w + static_cast<std::ptrdiff_t>(j) * m;
+      for (int c = 0; c < m; ++c)
+        yi[c] += a * wj[c];
+    }
+  }
+}
+// dX[n x k] += dY[n x m] W^T
+void matmul_dx(const float* dy, const float* w, float* dx, std::int64_t n, int k, int m) {
+  for (std::int64_t i = 0; i < n; ++i)
+    for (int j = 0; j < k; ++j) {
+      float s = 0;
+      for (int c = 0; c < m; ++c)
+        s += dy[i * m + c] * w[static_cast<std::ptrdiff_t>(j) * m + c];
+      dx[i * k + j] += s;
+    }
+}
+// dW[k x m] += X^T dY
+void matmul_dw(const float* x, const float* dy, float* dw, std::int64_t n, int k, int m) {
+  for (std::int64_t i = 0; i < n; ++i)
+    for (int j = 0; j < k; ++j) {
+      const float a = x[i * k + j];
+      if (a == 0.0f)
+        continue;
+      for (int c = 0; c < m; ++c)
+        dw[static_cast<std::ptrdiff_t>(j) * m + c] += a * dy[i * m + c];
+    }
+}
+
+using shard_type =
+    dcpp::token_shard<dcpp::fields::token_ids, dcpp::fields::labels, dcpp::fields::loss_mask>;
+
+//! The step's global samples (identical for every world size): sample i of step s starts with two
+//! seeded tokens and continues x[t] = (x[t-2] + 3) mod vocab; lengths long-tailed.
+//! Rank r holds the samples i with i % world == r.
+shard_type make_shard(int step, int samples, std::uint64_t seed, int rank, int world,
+                      std::int64_t max_length) {
+  shard_type shard;
+  for (int i = 0; i < samples; ++i) {
+    std::mt19937_64 rng(seed * 1000003u + static_cast<std::uint64_t>(step) * 7919u +
+                        static_cast<std::uint64_t>(i));
+    const bool tail = rng() % 6 == 0;
+    const std::int64_t length =
+        std::min<std::int64_t>(max_length, tail ? 300 + static_cast<std::int64_t>(rng() % 700)
+                                                : 3 + static_cast<std::int64_t>(rng() % 120));
+    std::vector<std::int32_t> x(static_cast<std::size_t>(length));
+    x[0] = static_cast<std::int32_t>(rng() % vocab);
+    if (length > 1)
+      x[1] = static_cast<std::int32_t>(rng() % vocab);
+    for (std::size_t t = 2; t < x.size(); ++t)
+      x[t] = (x[t - 2] + 3) % vocab;
+    if (i % world != rank)
+      continue;
+    shard.lengths.push_back(length);
+    for (std::int64_t t = 0; t < length; ++t) {
+      const auto ut = static_cast<std::size_t>(t);
+      shard.get<dcpp::fields::token_ids>().push_back(x[ut]);
+      shard.get<dcpp::fields::labels>().push_back(t + 1 < length ? x[ut + 1] : -100);
+      shard.get<dcpp::fields::loss_mask>().push_back(t >= 1 && t + 1 < length ? 1 : 0);
+    }
+  }
+  return shard;
+}
+
+struct step_result {
+  double loss_sum = 0, loss_count = 0;
+};
+
+//! Forward and backward of one micro-batch on this rank's buffer; adds the parameter gradients
+//! (for a loss normalised by `scale` = 1 / global loss tokens) to `grad`.
+template <class Batch>
+step_result run_microbatch(dcpp::mpi_communicator& group, const Batch& batch, const parameters& p,
+                           parameters& grad, float scale) {
+  const auto& layout = batch.layout;
+  const std::int64_t n = batch.tokens();
+  const auto N = static_cast<std::size_t>(n);
+  const auto& ids = batch.template get<dcpp::fields::token_ids>();
+  const auto& labels = batch.template get<dcpp::fields::labels>();
+  const auto& mask = batch.template get<dcpp::fields::loss_mask>();
+
+  // ---- forward ----
+  std::vector<float> x0(N * dim), c(N * dim), x1(N * dim);
+  for (std::size_t i = 0; i < N; ++i)
+    std::copy_n(p(p.embed) + static_cast<std::size_t>(ids[i]) * dim, dim, x0.begin() + i * dim);
+  // conv1d with the CP halo (the W-1 tokens before each zigzag chunk come from their owner)
+  const auto conv_layout = dcpp::conv1d_layout::from_thd(layout, width);
+  const auto halo_plan = dcpp::conv1d_halo_plan::make(layout, width);
+  const auto halo = dcpp::exchange_halo(group, halo_plan, std::span<const float>(x0), dim);
+  dcpp::kernels::conv1d_params<float> cp;
+  cp.x = x0.data(), cp.weight = p(p.conv_w), cp.bias = p(p.conv_b), cp.halo_x = halo.data();
+  cp.y = c.data(), cp.tokens = n, cp.channels = dim, cp.silu = true;
+  dcpp::conv1d_forward_on_host(width, cp, conv_layout);
+  for (std::size_t i = 0; i < N * dim; ++i)
+    x1[i] = x0[i] + c[i];
+  // attention through the ring
+  const auto part = dcpp::ring_partition::from(layout);
+  const dcpp::attention_shape shape{1, 1, dim, 0.0f};
+  std::vector<float> q(N * dim), k(N * dim), v(N * dim), o(N * dim), lse(N), x2(N * dim);
+  matmul(x1.data(), p(p.wq), q.data(), n, dim, dim);
+  matmul(x1.data(), p(p.wk), k.data(), n, dim, dim);
+  matmul(x1.data(), p(p.wv), v.data(), n, dim, dim);
+  dcpp::ring_attention_forward<dcpp::mpi_communicator, float>(group, part, shape, q, k, v, o, lse);
+  matmul(o.data(), p(p.wo), x2.data(), n, dim, dim);
+  for (std::size_t i = 0; i < N * dim; ++i)
+    x2[i] += x1[i];
+  // MLP
+  std::vector<float> u(N * hidden), h(N * hidden), x3(N * dim);
+  matmul(x2.data(), p(p.w1), u.data(), n, dim, hidden);
+  for (std::size_t i = 0; i < u.size(); ++i)
+    h[i] = std::max(0.0f, u[i]);
+  matmul(h.data(), p(p.w2), x3.data(), n, hidden, dim);
+  for (std::size_t i = 0; i < N * dim; ++i)
+    x3[i] += x2[i];
+  // output projection and cross-entropy
+  std::vector<float> logits(N * vocab), token_loss(N, 0.0f), dlogits(N * vocab, 0.0f);
+  matmul(x3.data(), p(p.out), logits.data(), n, dim, vocab);
+  for (std::size_t i = 0; i < N; ++i) {
+    if (mask[i] == 0)
+      continue;
+    const float* l = logits.data() + i * vocab;
+    const float mx = *std::max_element(l, l + vocab);
+    double sum = 0;
+    for (int c2 = 0; c2 < vocab; ++c2)
+      sum += std::exp(static_cast<double>(l[c2] - mx));
+    token_loss[i] = static_cast<float>(std::log(sum) + mx - l[labels[i]]);
+    for (int c2 = 0; c2 < vocab; ++c2)
+      dlogits[i * vocab + static_cast<std::size_t>(c2)] =
+          static_cast<float>(std::exp(static_cast<double>(l[c2] - mx)) / sum) * scale;
+    dlogits[i * vocab + static_cast<std::size_t>(labels[i])] -= scale;
+  }
+  // the loss-token reduction kernel: per-sample masked sums and counts, then the rank's totals
+  step_result r;
+  {
+    const int sequences = static_cast<int>(layout.cu_seqlens_padded.size()) - 1;
+    std::vector<std::int32_t> local_cu(layout.cu_seqlens_padded.size());
+    for (std::size_t s = 0; s < local_cu.size(); ++s)
+      local_cu[s] = layout.cu_seqlens_padded[s] / layout.cp;
+    std::vector<double> sums(static_cast<std::size_t>(sequences)), totals(2);
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(sequences));
+    dcpp::kernels::token_reduce_params<float, double> tr{token_loss.data(),
+                                                         n,
+                                                         mask.data(),
+                                                         0,
+                                                         local_cu.data(),
+                                                         sequences,
+                                                         1,
+                                                         sums.data(),
+                                                         counts.data(),
+                                                         totals.data()};
+    dcpp::token_reduce_on_host(tr, n);
+    r.loss_sum = totals[0], r.loss_count = totals[1];
+  }
+
+  // ---- backward ----
+  std::vector<float> dx3(N * dim, 0.0f), dh(N * hidden, 0.0f), dx2(N * dim, 0.0f);
+  matmul_dw(x3.data(), dlogits.data(), grad(grad.out), n, dim, vocab);
+  matmul_dx(dlogits.data(), p(p.out), dx3.data(), n, dim, vocab);
+  matmul_dw(h.data(), dx3.data(), grad(grad.w2), n, hidden, dim);
+  matmul_dx(dx3.data(), p(p.w2), dh.data(), n, hidden, dim);
+  for (std::size_t i = 0; i < dh.size(); ++i)
+    dh[i] = u[i] > 0.0f ? dh[i] : 0.0f;
+  matmul_dw(x2.data(), dh.data(), grad(grad.w1), n, dim, hidden);
+  dx2 = dx3; // residual
+  matmul_dx(dh.data(), p(p.w1), dx2.data(), n, dim, hidden);
+  std::vector<float> dout(N * dim, 0.0f), dq(N * dim), dk(N * dim), dv(N * dim);
+  matmul_dw(o.data(), dx2.data(), grad(grad.wo), n, dim, dim);
+  matmul_dx(dx2.data(), p(p.wo), dout.data(), n, dim, dim);
+  dcpp::ring_attention_backward<dcpp::mpi_communicator, float>(group, part, shape, q, k, v, o, lse,
+                                                               dout, dq, dk, dv);
+  std::vector<float> dx1 = dx2; // residual
+  matmul_dw(x1.data(), dq.data(), grad(grad.wq), n, dim, dim);
+  matmul_dw(x1.data(), dk.data(), grad(grad.wk), n, dim, dim);
+  matmul_dw(x1.data(), dv.data(), grad(grad.wv), n, dim, dim);
+  matmul_dx(dq.data(), p(p.wq), dx1.data(), n, dim, dim);
+  matmul_dx(dk.data(), p(p.wk), dx1.data(), n, dim, dim);
+  matmul_dx(dv.data(), p(p.wv), dx1.data(), n, dim, dim);
+  // conv backward: the halo rows' gradients go back to their owners first
+  std::vector<float> dx0_conv(N * dim),
+      halo_dx(static_cast<std::size_t>(conv_layout.halo_rows) * dim),
+      dw(static_cast<std::size_t>(dim) * width), db(dim);
+  cp.dy = dx1.data(), cp.dx = dx0_conv.data(), cp.halo_dx = halo_dx.data();
+  cp.dweight = dw.data(), cp.dbias = db.data();
+  dcpp::conv1d_halo_gradients_on_host(width, cp, conv_layout);
+  const auto incoming =
+      dcpp::collect_halo_gradients(group, halo_plan, std::span<const float>(halo_dx), dim);
+  dcpp::conv1d_backward_on_host(width, cp, conv_layout, &incoming);
+  for (std::size_t i = 0; i < dw.size(); ++i)
+    grad(grad.conv_w)[i] += dw[i];
+  for (std::size_t i = 0; i < db.size(); ++i)
+    grad(grad.conv_b)[i] += db[i];
+  for (std::size_t i = 0; i < N; ++i) {
+    if (!batch.is_real[i])
+      continue;
+    float* e = grad(grad.embed) + static_cast<std::size_t>(ids[i]) * dim;
+    for (int j = 0; j < dim; ++j)
+      e[j] += dx1[i * dim + static_cast<std::size_t>(j)] +
+              dx0_conv[i * dim + static_cast<std::size_t>(j)];
+  }
+  return r;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  dcpp::mpi_environment mpi(&argc, &argv);
+  auto world = dcpp::mpi_communicator::world();
+  CLI::App app{"Train a small model with dynamic context parallelism on CPUs under MPI"};
+  int steps = 40, samples = 16;
+  double lr = 0.1, momentum = 0.9;
+  std::int64_t budget = 0;
+  std::uint64_t seed = 1;
+  std::string log_path, weights_path;
+  bool quiet = false;
+  app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, 100000));
+  app.add_option("--samples", samples, "samples per step (over all ranks)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--lr", lr, "SGD learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999));
+  app.add_option("--max-tokens-per-rank", budget,
+                 "token budget per rank and micro-batch (default 512, or 1024 on one rank)");
+  app.add_option("--seed", seed, "data and initialisation seed");
+  app.add_option("--log", log_path, "write a JSON log of every step here (rank 0)");
+  app.add_option("--weights", weights_path, "write the final weights here as .npy (rank 0)");
+  app.add_flag("--quiet", quiet, "no per-step output");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return world.rank() == 0 ? app.exit(e) : 1;
+  }
+  const bool leader = world.rank() == 0;
+  try {
+    if (budget == 0)
+      budget = world.size() == 1 ? 1024 : 512;
+    dcpp::plan_options options;
+    options.world_size = world.size();
+    options.max_tokens_per_rank = budget;
+    dcpp::planner<> planner(options);
+
+    parameters params, grad, velocity;
+    initialise(params, seed);
+    nlohmann::json log = {{"world_size", world.size()},
+                          {"max_tokens_per_rank", budget},
+                          {"steps", nlohmann::json::array()}};
+    const bool tty = leader && !quiet && isatty(fileno(stdout)) != 0;
+    for (int step = 0; step < steps; ++step) {
+      const auto start = std::chrono::steady_clock::now();
+      const shard_type shard =
+          make_shard(step, samples, seed, world.rank(), world.size(), budget * world.size());
+      // global loss tokens first: every token's gradient is scaled by 1 / T_global
+      double local_count = 0;
+      for (const auto m : shard.get<dcpp::fields::loss_mask>())
+        local_count += m;
+      const std::vector<double> count_totals{0.0, local_count};
+      const auto counted = dcpp::global_token_mean(world, std::span<const double>(count_totals), 1);
+      const auto scale = static_cast<float>(counted.gradient_scale[0]);
+
+      auto router = dcpp::plan_step(planner, world, shard);
+      std::fill(grad.data.begin(), grad.data.end(), 0.0f);
+      double loss_sum = 0, loss_count = 0;
+      std::int64_t tokens = 0;
+      for (std::size_t mb = 0; mb < router.microbatches(); ++mb) {
+        const auto batch = router.dispatch(mb, shard);
+        if (batch.layout.idle())
+          continue;
+        auto group = router.group(mb);
+        const auto r = run_microbatch(group, batch, params, grad, scale);
+        loss_sum += r.loss_sum, loss_count += r.loss_count;
+        tokens += batch.tokens();
+      }
+      world.all_reduce(std::span<float>(grad.data), dcpp::reduce_op::sum);
+      const std::vector<double> totals{loss_sum, loss_count};
+      const auto mean = dcpp::global_token_mean(world, std::span<const double>(totals), 1);
+      if (mean.counts[0] != counted.counts[0])
+        throw dcpp::error(dcpp::status_code::invalid_length,
+                          fmt::format("step {}: {} loss tokens reduced, {} in the shards", step,
+                                      mean.counts[0], counted.counts[0]));
+      for (std::size_t i = 0; i < params.data.size(); ++i) {
+        velocity.data[i] = static_cast<float>(momentum) * velocity.data[i] + grad.data[i];
+        params.data[i] -= static_cast<float>(lr) * velocity.data[i];
+      }
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::vector<double> tok{static_cast<double>(tokens)};
+      world.all_reduce(std::span<double>(tok), dcpp::reduce_op::sum);
+      const auto& plan = router.get_plan();
+      if (leader) {
+        log["steps"].push_back({{"step", step},
+                                {"loss", mean.mean[0]},
+                                {"loss_tokens", mean.counts[0]},
+                                {"tokens", tok[0]},
+                                {"seconds", seconds},
+                                {"tokens_per_second", tok[0] / seconds},
+                                {"plan_efficiency", plan.metrics.efficiency},
+                                {"microbatches", plan.microbatches.size()}});
+        if (!quiet) {
+          const int done = (step + 1) * 24 / steps;
+          fmt::print("{}[{:<24}] step {:>4}/{}  loss {:.4f}  {:>8.0f} tok/s  plan eff. {:.3f}  "
+                     "{} micro-batches{}",
+                     tty ? "\r" : "", std::string(static_cast<std::size_t>(done), '='), step + 1,
+                     steps, mean.mean[0], tok[0] / seconds, plan.metrics.efficiency,
+                     plan.microbatches.size(), tty ? "" : "\n");
+          std::fflush(stdout);
+        }
+      }
+    }
+    if (leader) {
+      if (!quiet && isatty(fileno(stdout)) != 0)
+        fmt::print("\n");
+      if (!log_path.empty())
+        std::ofstream(log_path) << log.dump(2) << "\n";
+      if (!weights_path.empty())
+        dcpp::write_npy(weights_path, "<f4", {static_cast<std::int64_t>(params.data.size())},
+                        params.data);
+    }
+    return 0;
+  } catch (const dcpp::error& e) {
+    fmt::print(stderr, "cpu_trainer rank {}: {}\n", world.rank(), e.what());
+    return 1;
+  }
+}
