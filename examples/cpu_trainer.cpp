@@ -167,6 +167,7 @@ step_result run_microbatch(dcpp::mpi_communicator& group, const Batch& batch, co
   std::vector<float> x0(N * dim), c(N * dim), x1(N * dim);
   for (std::size_t i = 0; i < N; ++i)
     std::copy_n(p(p.embed) + static_cast<std::size_t>(ids[i]) * dim, dim, x0.begin() + i * dim);
+  // [conv-halo]
   // conv1d with the CP halo (the W-1 tokens before each zigzag chunk come from their owner)
   const auto conv_layout = dcpp::conv1d_layout::from_thd(layout, width);
   const auto halo_plan = dcpp::conv1d_halo_plan::make(layout, width);
@@ -175,8 +176,10 @@ step_result run_microbatch(dcpp::mpi_communicator& group, const Batch& batch, co
   cp.x = x0.data(), cp.weight = p(p.conv_w), cp.bias = p(p.conv_b), cp.halo_x = halo.data();
   cp.y = c.data(), cp.tokens = n, cp.channels = dim, cp.silu = true;
   dcpp::conv1d_forward_on_host(width, cp, conv_layout);
+  // [conv-halo]
   for (std::size_t i = 0; i < N * dim; ++i)
     x1[i] = x0[i] + c[i];
+  // [attention]
   // attention through the ring
   const auto part = dcpp::ring_partition::from(layout);
   const dcpp::attention_shape shape{1, 1, dim, 0.0f};
@@ -185,6 +188,7 @@ step_result run_microbatch(dcpp::mpi_communicator& group, const Batch& batch, co
   matmul(x1.data(), p(p.wk), k.data(), n, dim, dim);
   matmul(x1.data(), p(p.wv), v.data(), n, dim, dim);
   dcpp::ring_attention_forward<dcpp::mpi_communicator, float>(group, part, shape, q, k, v, o, lse);
+  // [attention]
   matmul(o.data(), p(p.wo), x2.data(), n, dim, dim);
   for (std::size_t i = 0; i < N * dim; ++i)
     x2[i] += x1[i];
@@ -331,6 +335,7 @@ int main(int argc, char** argv) {
       const auto start = std::chrono::steady_clock::now();
       const shard_type shard =
           make_shard(step, samples, seed, world.rank(), world.size(), budget * world.size());
+      // [step]
       // global loss tokens first: every token's gradient is scaled by 1 / T_global
       double local_count = 0;
       for (const auto m : shard.get<dcpp::fields::loss_mask>())
@@ -353,6 +358,7 @@ int main(int argc, char** argv) {
         tokens += batch.tokens();
       }
       world.all_reduce(std::span<float>(grad.data), dcpp::reduce_op::sum);
+      // [step]
       const std::vector<double> totals{loss_sum, loss_count};
       const auto mean = dcpp::global_token_mean(world, std::span<const double>(totals), 1);
       if (mean.counts[0] != counted.counts[0])

@@ -13,6 +13,7 @@ quotes = {
     "examples/plan_batch.cpp": ["README.md"],
     "examples/mpi_data_path.cpp": ["docs/data-path.md"],
     "examples/custom_cost.cpp": ["docs/policies.md"],
+    "examples/cpu_trainer.cpp": ["docs/integration.md"],
 }
 failed = False
 for source, docs in quotes.items():
