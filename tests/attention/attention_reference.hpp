@@ -219,4 +219,15 @@ struct tolerance<dcpp::bfloat16> {
   static constexpr double o = 1.5e-2, lse = 1e-5, grad = 2.5e-2;
 };
 
+//! The tolerance checks of one rank's errors (doctest assertions; include support.hpp first).
+template <class T>
+void check_errors(const rank_errors& e) {
+  CHECK(e.padding_ok);
+  CHECK(e.o <= tolerance<T>::o);
+  CHECK(e.lse <= tolerance<T>::lse);
+  CHECK(e.dq <= tolerance<T>::grad);
+  CHECK(e.dk <= tolerance<T>::grad);
+  CHECK(e.dv <= tolerance<T>::grad);
+}
+
 } // namespace dcpp_test::attention

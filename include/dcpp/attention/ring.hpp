@@ -20,6 +20,7 @@
 
 #include "dcpp/attention/partition.hpp"
 #include "dcpp/comm/communicator.hpp"
+#include "dcpp/core/math.hpp"
 #include "dcpp/error.hpp"
 #include "dcpp/simt/host_launcher.hpp"
 
@@ -74,14 +75,8 @@ decltype(auto) with_head_dim(int head_dim, F&& f) {
 
 inline std::uint64_t attention_fingerprint(const ring_partition& part, const attention_shape& s,
                                            int pass) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  auto mix = [&h](std::int64_t value) {
-    auto v = static_cast<std::uint64_t>(value);
-    for (int byte = 0; byte < 8; ++byte) {
-      h ^= (v >> (8 * byte)) & 0xffU;
-      h *= 0x100000001b3ULL;
-    }
-  };
+  fnv1a h;
+  auto mix = [&h](std::int64_t value) { h.mix(value); };
   std::uint32_t scale_bits;
   std::memcpy(&scale_bits, &s.scale, sizeof scale_bits);
   for (const std::int64_t x :
@@ -92,7 +87,7 @@ inline std::uint64_t attention_fingerprint(const ring_partition& part, const att
     mix(c);
   for (const auto c : part.cu_seqlens_padded())
     mix(c);
-  return h;
+  return h.value();
 }
 
 //! Local checks of a call (sizes, heads, group), agreed by every rank so they fail together.

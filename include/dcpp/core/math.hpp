@@ -53,4 +53,21 @@ DCPP_HOST_DEVICE constexpr std::int64_t padded_length(std::int64_t length, std::
   return round_up<std::int64_t>(length, 2 * cp * padding_unit);
 }
 
+//! 64-bit FNV-1a over a sequence of 64-bit integers (little-endian bytes): the fingerprints
+//! ranks compare collectively (plans, options, attention calls).
+class fnv1a {
+public:
+  constexpr void mix(std::int64_t value) noexcept {
+    const auto v = static_cast<std::uint64_t>(value);
+    for (int byte = 0; byte < 8; ++byte) {
+      h_ ^= (v >> (8 * byte)) & 0xffU;
+      h_ *= 0x100000001b3ULL;
+    }
+  }
+  [[nodiscard]] constexpr std::uint64_t value() const noexcept { return h_; }
+
+private:
+  std::uint64_t h_ = 0xcbf29ce484222325ULL;
+};
+
 } // namespace dcpp

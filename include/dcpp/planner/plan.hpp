@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "dcpp/core/math.hpp"
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/options.hpp"
 
@@ -156,14 +157,8 @@ void evaluate(plan& p, const problem& pr, const Estimator& estimator) {
 //! 64-bit FNV-1a over the plan's canonical integer content (world, budget, lengths, groups).
 //! Ranks compare it collectively to prove they computed the same plan.
 inline std::uint64_t plan_hash(const plan& p) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  auto mix = [&h](std::int64_t value) {
-    auto v = static_cast<std::uint64_t>(value);
-    for (int byte = 0; byte < 8; ++byte) {
-      h ^= (v >> (8 * byte)) & 0xffU;
-      h *= 0x100000001b3ULL;
-    }
-  };
+  fnv1a h;
+  auto mix = [&h](std::int64_t value) { h.mix(value); };
   mix(p.world_size);
   mix(p.max_tokens_per_rank);
   mix(static_cast<std::int64_t>(p.lengths.size()));
@@ -180,7 +175,7 @@ inline std::uint64_t plan_hash(const plan& p) {
         mix(s);
     }
   }
-  return h;
+  return h.value();
 }
 
 } // namespace dcpp
