@@ -24,6 +24,15 @@ namespace dcpp {
 //! Which rows of each local sequence a work list covers.
 enum class attention_rows { all, first_half, second_half };
 
+//! The query rows a ring step computes (and merges): the second halves on upper steps, else all.
+constexpr attention_rows query_rows_of(kernels::ring_step_kind kind) noexcept {
+  return kind == kernels::ring_step_kind::upper ? attention_rows::second_half : attention_rows::all;
+}
+//! The key rows a ring step reads: the first halves on lower steps, else all.
+constexpr attention_rows key_rows_of(kernels::ring_step_kind kind) noexcept {
+  return kind == kernels::ring_step_kind::lower ? attention_rows::first_half : attention_rows::all;
+}
+
 //! An owning work list (see kernels::attention_tiles).
 struct attention_tile_list {
   std::vector<std::int32_t> seq, begin, end;

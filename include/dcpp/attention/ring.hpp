@@ -151,9 +151,7 @@ struct host_attention {
     detail::with_head_dim(s.shape.head_dim, [&](auto d) {
       constexpr int D = decltype(d)::value;
       using cfg = kernels::attention_tile<D, T>;
-      const auto tiles = s.partition->tiles(
-          cfg::rows, s.params.kind == kernels::ring_step_kind::upper ? attention_rows::second_half
-                                                                     : attention_rows::all);
+      const auto tiles = s.partition->tiles(cfg::rows, query_rows_of(s.params.kind));
       auto p = s.params;
       p.tiles = tiles.view();
       detail::launch_tiles(
@@ -168,12 +166,8 @@ struct host_attention {
       constexpr int D = decltype(d)::value;
       using cfg = kernels::attention_tile<D, T>;
       const auto kind = s.params.kind;
-      const auto q_tiles = s.partition->tiles(cfg::rows, kind == kernels::ring_step_kind::upper
-                                                             ? attention_rows::second_half
-                                                             : attention_rows::all);
-      const auto k_tiles = s.partition->tiles(cfg::rows, kind == kernels::ring_step_kind::lower
-                                                             ? attention_rows::first_half
-                                                             : attention_rows::all);
+      const auto q_tiles = s.partition->tiles(cfg::rows, query_rows_of(kind));
+      const auto k_tiles = s.partition->tiles(cfg::rows, key_rows_of(kind));
       auto p = s.params;
       p.tiles = q_tiles.view();
       detail::launch_tiles(q_tiles, static_cast<unsigned>(p.heads), cfg::threads, cfg::dq_shared,
@@ -262,9 +256,7 @@ void ring_attention_forward(C& comm, const ring_partition& part, const attention
     p.layout = {part.offsets().data(), part.own_real().data(), kv_real.data(), part.sequences()};
     policy.forward_step(s);
     if (step > 0) {
-      const auto rows =
-          part.tiles(64, p.kind == kernels::ring_step_kind::upper ? attention_rows::second_half
-                                                                  : attention_rows::all);
+      const auto rows = part.tiles(64, query_rows_of(p.kind));
       detail::with_head_dim(shape.head_dim, [&](auto d) {
         constexpr int D = decltype(d)::value;
         const kernels::attention_merge_params<D> mp{o_acc.data(),    lse_acc.data(), o_part.data(),

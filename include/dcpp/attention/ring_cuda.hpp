@@ -94,42 +94,39 @@ public:
 
   void forward_step(const attention_step<T>& s) const {
     auto p = s.params;
-    p.tiles = (p.kind == kernels::ring_step_kind::upper ? second_ : all_).view();
+    p.tiles = tiles(query_rows_of(p.kind));
     detail::attention_cuda_check(
-        dispatch(
+        detail::with_head_dim(
             s.shape.head_dim,
             [&](auto d) { return kernels::attention_forward<decltype(d)::value, T>(p, stream_); }),
         "attention_forward");
   }
   void backward_step(const attention_step<T>& s) const {
     auto p = s.params;
-    p.tiles = (p.kind == kernels::ring_step_kind::lower ? first_ : all_).view();
-    const auto q_tiles = (p.kind == kernels::ring_step_kind::upper ? second_ : all_).view();
+    p.tiles = tiles(key_rows_of(p.kind));
+    const auto q_tiles = tiles(query_rows_of(p.kind));
     detail::attention_cuda_check(
-        dispatch(s.shape.head_dim,
-                 [&](auto d) {
-                   return kernels::attention_backward<decltype(d)::value, T>(p, q_tiles, stream_);
-                 }),
+        detail::with_head_dim(s.shape.head_dim,
+                              [&](auto d) {
+                                return kernels::attention_backward<decltype(d)::value, T>(
+                                    p, q_tiles, stream_);
+                              }),
         "attention_backward");
   }
   //! The work list of the rows a merge covers.
   [[nodiscard]] kernels::attention_tiles rows(kernels::ring_step_kind kind) const {
-    return (kind == kernels::ring_step_kind::upper ? second_ : all_).view();
+    return tiles(query_rows_of(kind));
   }
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
 
-  template <class F>
-  static cudaError_t dispatch(int head_dim, F&& f) {
-    if (head_dim == 64)
-      return f(std::integral_constant<int, 64>{});
-    if (head_dim == 128)
-      return f(std::integral_constant<int, 128>{});
-    throw error(
-        status_code::invalid_option,
-        fmt::format("ring attention: head_dim = {}; dcpp's kernels take 64 or 128", head_dim));
+private:
+  [[nodiscard]] kernels::attention_tiles tiles(attention_rows rows) const {
+    return (rows == attention_rows::all          ? all_
+            : rows == attention_rows::first_half ? first_
+                                                 : second_)
+        .view();
   }
 
-private:
   cudaStream_t stream_;
   detail::device_tiles all_, first_, second_;
 };
@@ -175,14 +172,14 @@ public:
       policy_.forward_step(s);
       if (step > 0)
         detail::attention_cuda_check(
-            cuda_attention<T>::dispatch(shape_.head_dim,
-                                        [&](auto d) {
-                                          constexpr int D = decltype(d)::value;
-                                          return kernels::attention_merge<D>(
-                                              {o_acc_.data(), lse, o_part_.data(), lse_part_.data(),
-                                               shape_.heads, policy_.rows(s.params.kind)},
-                                              stream_);
-                                        }),
+            detail::with_head_dim(shape_.head_dim,
+                                  [&](auto d) {
+                                    constexpr int D = decltype(d)::value;
+                                    return kernels::attention_merge<D>(
+                                        {o_acc_.data(), lse, o_part_.data(), lse_part_.data(),
+                                         shape_.heads, policy_.rows(s.params.kind)},
+                                        stream_);
+                                  }),
             "attention_merge");
       finish_transfer(transfer);
     }
@@ -200,7 +197,7 @@ public:
     pre.out = o, pre.dout = dout, pre.dsum = dsum_.data(), pre.tokens = part_.tokens();
     pre.heads = shape_.heads;
     detail::attention_cuda_check(
-        cuda_attention<T>::dispatch(
+        detail::with_head_dim(
             shape_.head_dim,
             [&](auto d) { return kernels::attention_dsum<decltype(d)::value, T>(pre, stream_); }),
         "attention_dsum");
