@@ -352,46 +352,150 @@ private:
   }
 };
 
+//! The two halo exchanges of one rank as row maps and counts, a pure function of the plan, so
+//! that any communicator and any memory can run them: pack rows with a gather, one all_to_all_v
+//! (the rank's own rows included, sent to itself), unpack with a gather (forward) or a gather-sum
+//! (backward). `exchange_halo` / `collect_halo_gradients` below run them on host memory; the
+//! device exchange (dcpp/conv/conv1d_cuda.hpp) runs the same routes with kernels and NCCL.
+//! Counts are in rows; `elements(counts, channels)` gives all_to_all_v's element counts.
+struct conv1d_halo_routes {
+  std::int32_t cp = 1, rank = 0;
+  std::int64_t halo_rows = 0;
+  // forward: rows of x packed in receiver order; received rows land in sender order
+  std::vector<std::int64_t> send_rows, send_counts, recv_counts;
+  std::vector<std::int64_t> halo_sources; //!< [halo_rows]: received row, or -1 (zero row)
+  // backward: rows of halo_dx packed in owner order; received rows in sender order
+  std::vector<std::int64_t> grad_send_rows, grad_send_counts, grad_recv_counts;
+  std::vector<std::int64_t> incoming_rows;    //!< distinct rows of this buffer, ascending
+  std::vector<std::int64_t> incoming_offsets; //!< [incoming rows + 1] into incoming_sources
+  //! received gradient rows summed into each incoming row: the rank's own halo rows first, then
+  //! the senders in rank order (deterministic)
+  std::vector<std::int64_t> incoming_sources;
+
+  [[nodiscard]] std::int64_t received_rows() const noexcept { return total(recv_counts); }
+  [[nodiscard]] std::int64_t received_gradient_rows() const noexcept {
+    return total(grad_recv_counts);
+  }
+  [[nodiscard]] static std::vector<std::int64_t> elements(const std::vector<std::int64_t>& rows,
+                                                          int channels) {
+    std::vector<std::int64_t> out(rows);
+    for (auto& r : out)
+      r *= channels;
+    return out;
+  }
+
+  static conv1d_halo_routes make(const conv1d_halo_plan& plan) {
+    conv1d_halo_routes r;
+    r.cp = plan.cp, r.rank = plan.rank, r.halo_rows = plan.halo_rows;
+    const auto n = static_cast<std::size_t>(plan.cp);
+    const auto me = static_cast<std::size_t>(plan.rank);
+    auto sends_to = [&](std::size_t q) -> const std::vector<std::int64_t>& {
+      static const std::vector<std::int64_t> none;
+      return q < plan.sends.size() ? plan.sends[q] : none;
+    };
+    r.send_counts.assign(n, 0), r.recv_counts.assign(n, 0);
+    r.grad_send_counts.assign(n, 0), r.grad_recv_counts.assign(n, 0);
+    for (std::size_t q = 0; q < n; ++q) {
+      if (q == me) {
+        for (const auto& need : plan.needs)
+          if (static_cast<std::size_t>(need.owner) == me)
+            r.send_rows.push_back(need.owner_row), ++r.send_counts[q];
+      } else {
+        for (const std::int64_t row : sends_to(q))
+          r.send_rows.push_back(row), ++r.send_counts[q];
+      }
+      for (const auto& need : plan.needs)
+        if (static_cast<std::size_t>(need.owner) == q)
+          r.grad_send_rows.push_back(need.halo_row), ++r.grad_send_counts[q];
+    }
+    for (const auto& need : plan.needs)
+      ++r.recv_counts[static_cast<std::size_t>(need.owner)];
+    for (std::size_t q = 0; q < n; ++q)
+      r.grad_recv_counts[q] =
+          q == me ? r.recv_counts[me] : static_cast<std::int64_t>(sends_to(q).size());
+    // forward: halo row <- received row (sender blocks in rank order, the plan's order inside)
+    const auto first = [](const std::vector<std::int64_t>& counts) {
+      std::vector<std::int64_t> at(counts.size(), 0);
+      for (std::size_t q = 1; q < counts.size(); ++q)
+        at[q] = at[q - 1] + counts[q - 1];
+      return at;
+    };
+    r.halo_sources.assign(static_cast<std::size_t>(plan.halo_rows), -1);
+    auto cursor = first(r.recv_counts);
+    for (const auto& need : plan.needs)
+      r.halo_sources[static_cast<std::size_t>(need.halo_row)] =
+          cursor[static_cast<std::size_t>(need.owner)]++;
+    // backward: (own row, received row), own contributions first, then senders in rank order;
+    // a stable sort by row keeps that order inside each row
+    std::vector<std::pair<std::int64_t, std::int64_t>> parts;
+    const auto grad_first = first(r.grad_recv_counts);
+    std::int64_t at = n > 0 ? grad_first[me] : 0;
+    for (const auto& need : plan.needs)
+      if (static_cast<std::size_t>(need.owner) == me)
+        parts.emplace_back(need.owner_row, at++);
+    for (std::size_t q = 0; q < n; ++q) {
+      if (q == me)
+        continue;
+      at = grad_first[q];
+      for (const std::int64_t row : sends_to(q))
+        parts.emplace_back(row, at++);
+    }
+    std::stable_sort(parts.begin(), parts.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    r.incoming_offsets.push_back(0);
+    for (const auto& [row, source] : parts) {
+      if (r.incoming_rows.empty() || r.incoming_rows.back() != row) {
+        r.incoming_rows.push_back(row);
+        r.incoming_offsets.push_back(r.incoming_offsets.back());
+      }
+      r.incoming_sources.push_back(source);
+      ++r.incoming_offsets.back();
+    }
+    return r;
+  }
+
+private:
+  static std::int64_t total(const std::vector<std::int64_t>& counts) noexcept {
+    std::int64_t t = 0;
+    for (auto c : counts)
+      t += c;
+    return t;
+  }
+};
+
+namespace detail {
+inline void check_routes_group(const char* call, const conv1d_halo_routes& r, int group_rank,
+                               int group_size) {
+  if (r.cp != group_size || r.rank != group_rank)
+    throw error(status_code::invalid_option,
+                fmt::format("{}: the halo plan is for rank {} of a group of {}, the communicator "
+                            "is rank {} of {}",
+                            call, r.rank, r.cp, group_rank, group_size));
+}
+} // namespace detail
+
 //! Forward halo exchange on the group communicator (collective over the group): returns this
 //! rank's halo buffer `[plan.halo_rows, channels]`; rows before a sequence's start stay zero.
 template <communicator C, class T>
 requires(C::buffer_memory == memory_space::host)
     [[nodiscard]] std::vector<T> exchange_halo(C& group, const conv1d_halo_plan& plan,
                                                std::span<const T> x, int channels) {
-  const auto n = static_cast<std::size_t>(group.size());
-  const auto me = static_cast<std::int32_t>(group.rank());
-  const auto row_bytes = static_cast<std::size_t>(channels);
-  std::vector<T> halo(static_cast<std::size_t>(plan.halo_rows) * row_bytes, from_float<T>(0.0f));
-  std::vector<std::int64_t> send_counts(n, 0), recv_counts(n, 0);
-  std::vector<T> send;
-  for (std::size_t q = 0; q < n; ++q)
-    if (static_cast<std::int32_t>(q) != me && q < plan.sends.size())
-      for (const std::int64_t row : plan.sends[q]) {
-        send.insert(send.end(), x.begin() + row * channels, x.begin() + (row + 1) * channels);
-        send_counts[q] += channels;
-      }
-  for (const auto& need : plan.needs)
-    if (need.owner != me)
-      recv_counts[static_cast<std::size_t>(need.owner)] += channels;
-  std::int64_t total = 0;
-  for (auto c : recv_counts)
-    total += c;
-  std::vector<T> received(static_cast<std::size_t>(total));
+  const auto r = conv1d_halo_routes::make(plan);
+  detail::check_routes_group("exchange_halo", r, group.rank(), group.size());
+  const auto width = static_cast<std::size_t>(channels);
+  std::vector<T> send(r.send_rows.size() * width);
+  for (std::size_t i = 0; i < r.send_rows.size(); ++i)
+    std::copy_n(x.begin() + r.send_rows[i] * channels, channels, send.begin() + i * width);
+  std::vector<T> received(static_cast<std::size_t>(r.received_rows()) * width);
+  const auto send_counts = conv1d_halo_routes::elements(r.send_counts, channels);
+  const auto recv_counts = conv1d_halo_routes::elements(r.recv_counts, channels);
   group.all_to_all_v(std::span<const T>(send), std::span<const std::int64_t>(send_counts),
                      std::span<T>(received), std::span<const std::int64_t>(recv_counts));
-  std::vector<std::int64_t> cursor(n, 0), start(n, 0);
-  for (std::size_t q = 1; q < n; ++q)
-    start[q] = start[q - 1] + recv_counts[q - 1];
-  for (const auto& need : plan.needs) {
-    T* dst = halo.data() + need.halo_row * channels;
-    if (need.owner == me) {
-      std::copy_n(x.begin() + need.owner_row * channels, channels, dst);
-    } else {
-      const auto o = static_cast<std::size_t>(need.owner);
-      std::copy_n(received.begin() + start[o] + cursor[o], channels, dst);
-      cursor[o] += channels;
-    }
-  }
+  std::vector<T> halo(static_cast<std::size_t>(plan.halo_rows) * width, from_float<T>(0.0f));
+  for (std::size_t h = 0; h < r.halo_sources.size(); ++h)
+    if (r.halo_sources[h] >= 0)
+      std::copy_n(received.begin() + r.halo_sources[h] * channels, channels,
+                  halo.begin() + h * width);
   return halo;
 }
 
@@ -402,50 +506,29 @@ template <communicator C>
 requires(C::buffer_memory == memory_space::host) [[nodiscard]] conv1d_incoming_gradients
     collect_halo_gradients(C& group, const conv1d_halo_plan& plan, std::span<const float> halo_dx,
                            int channels) {
-  const auto n = static_cast<std::size_t>(group.size());
-  const auto me = static_cast<std::int32_t>(group.rank());
+  const auto r = conv1d_halo_routes::make(plan);
+  detail::check_routes_group("collect_halo_gradients", r, group.rank(), group.size());
   const auto width = static_cast<std::size_t>(channels);
-  std::vector<std::int64_t> send_counts(n, 0), recv_counts(n, 0);
-  std::vector<float> send;
-  for (std::size_t owner = 0; owner < n; ++owner)
-    for (const auto& need : plan.needs)
-      if (need.owner == static_cast<std::int32_t>(owner) && need.owner != me) {
-        send.insert(send.end(), halo_dx.begin() + need.halo_row * channels,
-                    halo_dx.begin() + (need.halo_row + 1) * channels);
-        send_counts[owner] += channels;
-      }
-  for (std::size_t q = 0; q < n; ++q)
-    if (static_cast<std::int32_t>(q) != me && q < plan.sends.size())
-      recv_counts[q] = static_cast<std::int64_t>(plan.sends[q].size()) * channels;
-  std::int64_t total = 0;
-  for (auto c : recv_counts)
-    total += c;
-  std::vector<float> received(static_cast<std::size_t>(total));
+  std::vector<float> send(r.grad_send_rows.size() * width);
+  for (std::size_t i = 0; i < r.grad_send_rows.size(); ++i)
+    std::copy_n(halo_dx.begin() + r.grad_send_rows[i] * channels, channels,
+                send.begin() + i * width);
+  std::vector<float> received(static_cast<std::size_t>(r.received_gradient_rows()) * width);
+  const auto send_counts = conv1d_halo_routes::elements(r.grad_send_counts, channels);
+  const auto recv_counts = conv1d_halo_routes::elements(r.grad_recv_counts, channels);
   group.all_to_all_v(std::span<const float>(send), std::span<const std::int64_t>(send_counts),
                      std::span<float>(received), std::span<const std::int64_t>(recv_counts));
-  // (row, contribution) in a fixed order, then a stable sort by row and a sum per row.
-  std::vector<std::pair<std::int64_t, const float*>> parts;
-  for (const auto& need : plan.needs)
-    if (need.owner == me)
-      parts.emplace_back(need.owner_row, halo_dx.data() + need.halo_row * channels);
-  std::size_t at = 0;
-  for (std::size_t q = 0; q < n; ++q)
-    if (static_cast<std::int32_t>(q) != me && q < plan.sends.size())
-      for (const std::int64_t row : plan.sends[q]) {
-        parts.emplace_back(row, received.data() + at);
-        at += width;
-      }
-  std::stable_sort(parts.begin(), parts.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
   conv1d_incoming_gradients out;
-  for (const auto& [row, values] : parts) {
-    if (out.rows.empty() || out.rows.back() != row) {
-      out.rows.push_back(row);
-      out.values.resize(out.values.size() + width, 0.0f);
-    }
-    float* sum = out.values.data() + (out.rows.size() - 1) * width;
-    for (std::size_t c = 0; c < width; ++c)
-      sum[c] += values[c];
+  out.rows = r.incoming_rows;
+  out.values.assign(r.incoming_rows.size() * width, 0.0f);
+  for (std::size_t s = 0; s < r.incoming_rows.size(); ++s) {
+    float* sum = out.values.data() + s * width;
+    for (auto t = r.incoming_offsets[s]; t < r.incoming_offsets[s + 1]; ++t)
+      for (std::size_t c = 0; c < width; ++c)
+        sum[c] +=
+            received[static_cast<std::size_t>(r.incoming_sources[static_cast<std::size_t>(t)]) *
+                         width +
+                     c];
   }
   return out;
 }

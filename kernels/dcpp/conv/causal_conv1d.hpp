@@ -426,4 +426,23 @@ DCPP_HOST_DEVICE void conv1d_halo_grad_body(Ctx& ctx, const conv1d_params<T>& p)
   }
 }
 
+//! Row gather-sum: out[s, j] = (accumulate ? out[s, j] : 0) + sum over t in
+//! [offsets[s], offsets[s+1]) of in[sources[t], j], in t order (deterministic, no atomics). Sums
+//! the halo gradients of one token received from several ranks before the conv backward; the GPU
+//! trainer also sums its embedding gradients with it. One thread per (s, j), 1-D grid.
+template <class Ctx>
+DCPP_HOST_DEVICE void row_gather_sum_body(Ctx& ctx, const float* in, const std::int64_t* offsets,
+                                          const std::int64_t* sources, float* out,
+                                          std::int64_t segments, int width, bool accumulate) {
+  const std::int64_t i =
+      static_cast<std::int64_t>(ctx.block_index().x) * ctx.block_dim().x + ctx.thread_index().x;
+  if (i >= segments * width)
+    return;
+  const std::int64_t s = i / width, j = i % width;
+  float sum = accumulate ? out[i] : 0.0f;
+  for (std::int64_t t = offsets[s]; t < offsets[s + 1]; ++t)
+    sum += in[sources[t] * width + j];
+  out[i] = sum;
+}
+
 } // namespace dcpp::kernels
