@@ -10,72 +10,27 @@
 // as the model learns it. The same run on one rank gives the same losses and
 // weights up to fp32 summation order: that is the proof that dynamic CP changes nothing but
 // speed (tests/examples/test_cpu_trainer.cpp).
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <fstream>
-#include <random>
-#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <dcpp/attention/ring.hpp>
 #include <dcpp/comm/mpi.hpp>
 #include <dcpp/conv/conv1d.hpp>
 #include <dcpp/dcpp.hpp>
-#include <dcpp/io/npy.hpp>
 #include <dcpp/loss/token_mean.hpp>
 #include <dcpp/route/router.hpp>
 
+#include "trainer/common.hpp" // model shape, parameters, data, command line, report
+
 namespace {
 
-constexpr int vocab = 16, dim = 64, hidden = 128, width = 4;
-
-//! All parameters in one flat vector (one all-reduce for the gradients), with named views.
-struct parameters {
-  std::vector<float> data;
-  std::size_t embed, conv_w, conv_b, wq, wk, wv, wo, w1, w2, out, total;
-  parameters() {
-    std::size_t at = 0;
-    auto take = [&at](std::size_t n) {
-      const std::size_t here = at;
-      at += n;
-      return here;
-    };
-    embed = take(vocab * dim), conv_w = take(dim * width), conv_b = take(dim);
-    wq = take(dim * dim), wk = take(dim * dim), wv = take(dim * dim), wo = take(dim * dim);
-    w1 = take(dim * hidden), w2 = take(hidden * dim), out = take(dim * vocab);
-    total = at;
-    data.assign(total, 0.0f);
-  }
-  float* operator()(std::size_t offset) { return data.data() + offset; }
-  const float* operator()(std::size_t offset) const { return data.data() + offset; }
-};
-
-//! Seeded initialisation, identical on every rank (uniform, scaled by 1/sqrt(fan-in)).
-void initialise(parameters& p, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  auto fill = [&](std::size_t at, std::size_t n, double scale) {
-    std::uniform_real_distribution<double> u(-scale, scale);
-    for (std::size_t i = 0; i < n; ++i)
-      p.data[at + i] = static_cast<float>(u(rng));
-  };
-  fill(p.embed, vocab * dim, 1.0);
-  fill(p.conv_w, dim * width, 0.5);
-  fill(p.conv_b, dim, 0.1);
-  for (const auto at : {p.wq, p.wk, p.wv, p.wo})
-    fill(at, dim * dim, 1.0 / std::sqrt(dim));
-  fill(p.w1, dim * hidden, 1.0 / std::sqrt(dim));
-  fill(p.w2, hidden * dim, 1.0 / std::sqrt(hidden));
-  fill(p.out, dim * vocab, 1.0 / std::sqrt(dim));
-}
+using namespace trainer;
 
 // Y[n x m] = X[n x k] W[k x m]
 void matmul(const float* x, const float* w, float* y, std::int64_t n, int k, int m) {
@@ -110,41 +65,6 @@ void matmul_dw(const float* x, const float* dy, float* dw, std::int64_t n, int k
       for (int c = 0; c < m; ++c)
         dw[static_cast<std::ptrdiff_t>(j) * m + c] += a * dy[i * m + c];
     }
-}
-
-using shard_type =
-    dcpp::token_shard<dcpp::fields::token_ids, dcpp::fields::labels, dcpp::fields::loss_mask>;
-
-//! The step's global samples (identical for every world size): sample i of step s starts with two
-//! seeded tokens and continues x[t] = (x[t-2] + 3) mod vocab; lengths long-tailed.
-//! Rank r holds the samples i with i % world == r.
-shard_type make_shard(int step, int samples, std::uint64_t seed, int rank, int world,
-                      std::int64_t max_length) {
-  shard_type shard;
-  for (int i = 0; i < samples; ++i) {
-    std::mt19937_64 rng(seed * 1000003u + static_cast<std::uint64_t>(step) * 7919u +
-                        static_cast<std::uint64_t>(i));
-    const bool tail = rng() % 6 == 0;
-    const std::int64_t length =
-        std::min<std::int64_t>(max_length, tail ? 300 + static_cast<std::int64_t>(rng() % 700)
-                                                : 3 + static_cast<std::int64_t>(rng() % 120));
-    std::vector<std::int32_t> x(static_cast<std::size_t>(length));
-    x[0] = static_cast<std::int32_t>(rng() % vocab);
-    if (length > 1)
-      x[1] = static_cast<std::int32_t>(rng() % vocab);
-    for (std::size_t t = 2; t < x.size(); ++t)
-      x[t] = (x[t - 2] + 3) % vocab;
-    if (i % world != rank)
-      continue;
-    shard.lengths.push_back(length);
-    for (std::int64_t t = 0; t < length; ++t) {
-      const auto ut = static_cast<std::size_t>(t);
-      shard.get<dcpp::fields::token_ids>().push_back(x[ut]);
-      shard.get<dcpp::fields::labels>().push_back(t + 1 < length ? x[ut + 1] : -100);
-      shard.get<dcpp::fields::loss_mask>().push_back(t >= 1 && t + 1 < length ? 1 : 0);
-    }
-  }
-  return shard;
 }
 
 struct step_result {
@@ -294,53 +214,30 @@ int main(int argc, char** argv) {
   dcpp::mpi_environment mpi(&argc, &argv);
   auto world = dcpp::mpi_communicator::world();
   CLI::App app{"Train a small model with dynamic context parallelism on CPUs under MPI"};
-  int steps = 40, samples = 16;
-  double lr = 0.1, momentum = 0.9;
-  std::int64_t budget = 0;
-  std::uint64_t seed = 1;
-  std::string log_path, weights_path;
-  bool quiet = false;
-  app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, 100000));
-  app.add_option("--samples", samples, "samples per step (over all ranks)")
-      ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--lr", lr, "SGD learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999));
-  app.add_option("--max-tokens-per-rank", budget,
-                 "token budget per rank and micro-batch (default 512, or 1024 on one rank)");
-  app.add_option("--seed", seed, "data and initialisation seed");
-  app.add_option("--log", log_path, "write a JSON log of every step here (rank 0)");
-  app.add_option("--weights", weights_path, "write the final weights here as .npy (rank 0)");
-  app.add_flag("--quiet", quiet, "no per-step output");
+  trainer::options o;
+  o.add_to(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return world.rank() == 0 ? app.exit(e) : 1;
   }
-  const bool leader = world.rank() == 0;
   try {
-    if (budget == 0)
-      budget = world.size() == 1 ? 1024 : 512;
+    const std::int64_t budget = o.budget_for(world.size());
     dcpp::plan_options options;
     options.world_size = world.size();
     options.max_tokens_per_rank = budget;
     dcpp::planner<> planner(options);
 
     parameters params, grad, velocity;
-    initialise(params, seed);
-    nlohmann::json log = {{"world_size", world.size()},
-                          {"max_tokens_per_rank", budget},
-                          {"steps", nlohmann::json::array()}};
-    const bool tty = leader && !quiet && isatty(fileno(stdout)) != 0;
-    for (int step = 0; step < steps; ++step) {
+    initialise(params, o.seed);
+    trainer::report report(o, world.size(), budget, world.rank() == 0);
+    for (int step = 0; step < o.steps; ++step) {
       const auto start = std::chrono::steady_clock::now();
       const shard_type shard =
-          make_shard(step, samples, seed, world.rank(), world.size(), budget * world.size());
+          make_shard(step, o.samples, o.seed, world.rank(), world.size(), budget * world.size());
       // [step]
       // global loss tokens first: every token's gradient is scaled by 1 / T_global
-      double local_count = 0;
-      for (const auto m : shard.get<dcpp::fields::loss_mask>())
-        local_count += m;
-      const std::vector<double> count_totals{0.0, local_count};
+      const std::vector<double> count_totals{0.0, loss_tokens(shard)};
       const auto counted = dcpp::global_token_mean(world, std::span<const double>(count_totals), 1);
       const auto scale = static_cast<float>(counted.gradient_scale[0]);
 
@@ -366,43 +263,16 @@ int main(int argc, char** argv) {
                           fmt::format("step {}: {} loss tokens reduced, {} in the shards", step,
                                       mean.counts[0], counted.counts[0]));
       for (std::size_t i = 0; i < params.data.size(); ++i) {
-        velocity.data[i] = static_cast<float>(momentum) * velocity.data[i] + grad.data[i];
-        params.data[i] -= static_cast<float>(lr) * velocity.data[i];
+        velocity.data[i] = static_cast<float>(o.momentum) * velocity.data[i] + grad.data[i];
+        params.data[i] -= static_cast<float>(o.lr) * velocity.data[i];
       }
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::vector<double> tok{static_cast<double>(tokens)};
       world.all_reduce(std::span<double>(tok), dcpp::reduce_op::sum);
-      const auto& plan = router.get_plan();
-      if (leader) {
-        log["steps"].push_back({{"step", step},
-                                {"loss", mean.mean[0]},
-                                {"loss_tokens", mean.counts[0]},
-                                {"tokens", tok[0]},
-                                {"seconds", seconds},
-                                {"tokens_per_second", tok[0] / seconds},
-                                {"plan_efficiency", plan.metrics.efficiency},
-                                {"microbatches", plan.microbatches.size()}});
-        if (!quiet) {
-          const int done = (step + 1) * 24 / steps;
-          fmt::print("{}[{:<24}] step {:>4}/{}  loss {:.4f}  {:>8.0f} tok/s  plan eff. {:.3f}  "
-                     "{} micro-batches{}",
-                     tty ? "\r" : "", std::string(static_cast<std::size_t>(done), '='), step + 1,
-                     steps, mean.mean[0], tok[0] / seconds, plan.metrics.efficiency,
-                     plan.microbatches.size(), tty ? "" : "\n");
-          std::fflush(stdout);
-        }
-      }
+      report.step(step, mean.mean[0], mean.counts[0], tok[0], seconds, router.get_plan());
     }
-    if (leader) {
-      if (!quiet && isatty(fileno(stdout)) != 0)
-        fmt::print("\n");
-      if (!log_path.empty())
-        std::ofstream(log_path) << log.dump(2) << "\n";
-      if (!weights_path.empty())
-        dcpp::write_npy(weights_path, "<f4", {static_cast<std::int64_t>(params.data.size())},
-                        params.data);
-    }
+    report.finish(params.data);
     return 0;
   } catch (const dcpp::error& e) {
     fmt::print(stderr, "cpu_trainer rank {}: {}\n", world.rank(), e.what());

@@ -21,6 +21,7 @@
 #include "dcpp/attention/partition.hpp"
 #include "dcpp/attention/ring.hpp"
 #include "dcpp/attention/ring_attention_launch.hpp" // kernels/: declarations of the launches
+#include "dcpp/core/cuda_memory.hpp"
 #include "dcpp/error.hpp"
 
 namespace dcpp {
@@ -32,40 +33,6 @@ inline void attention_cuda_check(cudaError_t e, const char* what) {
     throw error(status_code::communication_error,
                 fmt::format("ring attention: {} failed: {}", what, cudaGetErrorString(e)));
 }
-
-//! A device array owned by the ring (cudaMalloc / cudaFree).
-template <class T>
-class device_array {
-public:
-  device_array() = default;
-  explicit device_array(std::size_t n) : n_(n) {
-    if (n > 0)
-      attention_cuda_check(cudaMalloc(reinterpret_cast<void**>(&data_), n * sizeof(T)),
-                           "cudaMalloc");
-  }
-  explicit device_array(const std::vector<T>& host) : device_array(host.size()) {
-    if (n_ > 0)
-      attention_cuda_check(cudaMemcpy(data_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice),
-                           "cudaMemcpy");
-  }
-  device_array(device_array&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-  device_array& operator=(device_array&& o) noexcept {
-    std::swap(data_, o.data_);
-    std::swap(n_, o.n_);
-    return *this;
-  }
-  ~device_array() {
-    if (data_ != nullptr)
-      cudaFree(data_);
-  }
-  [[nodiscard]] T* data() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return n_; }
-
-private:
-  T* data_ = nullptr;
-  std::size_t n_ = 0;
-};
 
 //! A work list in device memory.
 struct device_tiles {

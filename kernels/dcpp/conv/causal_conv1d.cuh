@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "dcpp/conv/causal_conv1d.hpp"
+#include "dcpp/conv/causal_conv1d_launch.hpp"
 #include "dcpp/simt/cuda_context.cuh"
 
 namespace dcpp::kernels {
@@ -68,13 +69,6 @@ cudaError_t conv1d_forward(const conv1d_params<T>& p, cudaStream_t stream) {
   else
     conv1d_forward_kernel<W, 1><<<conv1d_grid(p.tokens, p.channels, 1), block, 0, stream>>>(p);
   return cudaGetLastError();
-}
-
-//! Workspace bytes of the backward (the per-block dw/db partials).
-inline std::size_t conv1d_backward_workspace_bytes(std::int64_t tokens, int channels, int width) {
-  const std::int64_t blocks =
-      (tokens + conv1d_tile::tokens_per_block - 1) / conv1d_tile::tokens_per_block;
-  return static_cast<std::size_t>(blocks) * channels * (width + 1) * sizeof(float);
 }
 
 //! Backward; `p.partial` must hold `conv1d_backward_workspace_bytes` bytes (two-phase: ask,

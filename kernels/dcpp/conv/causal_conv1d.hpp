@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -71,6 +72,13 @@ struct conv1d_tile {
 template <int W, int Vec>
 constexpr std::size_t conv1d_backward_shared_bytes() {
   return conv1d_tile::token_groups * conv1d_tile::channel_threads * Vec * (W + 1) * sizeof(float);
+}
+
+//! Workspace bytes of the backward (the per-block dw/db partials).
+inline std::size_t conv1d_backward_workspace_bytes(std::int64_t tokens, int channels, int width) {
+  const std::int64_t blocks =
+      (tokens + conv1d_tile::tokens_per_block - 1) / conv1d_tile::tokens_per_block;
+  return static_cast<std::size_t>(blocks > 0 ? blocks : 1) * channels * (width + 1) * sizeof(float);
 }
 
 namespace detail {

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "dcpp/loss/token_reduce.hpp"
+#include "dcpp/loss/token_reduce_launch.hpp"
 #include "dcpp/simt/cuda_context.cuh"
 
 namespace dcpp::kernels {

@@ -1,0 +1,191 @@
+// What the CPU trainer (cpu_trainer.cpp) and the GPU trainer (gpu_trainer.cpp) share: the model
+// shape, the flat parameter vector and its seeded initialisation, the synthetic task's data
+// shards, the command line and the per-step report (progress line and JSON log). Both trainers
+// run the same model on the same data, so their logs can be compared.
+#pragma once
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <dcpp/dcpp.hpp>
+#include <dcpp/io/npy.hpp>
+#include <dcpp/route/fields.hpp>
+
+namespace trainer {
+
+constexpr int vocab = 16, dim = 64, hidden = 128, width = 4;
+
+//! All parameters in one flat vector (one all-reduce for the gradients), with named offsets.
+struct parameters {
+  std::vector<float> data;
+  std::size_t embed, conv_w, conv_b, wq, wk, wv, wo, w1, w2, out, total;
+  parameters() {
+    std::size_t at = 0;
+    auto take = [&at](std::size_t n) {
+      const std::size_t here = at;
+      at += n;
+      return here;
+    };
+    embed = take(vocab * dim), conv_w = take(dim * width), conv_b = take(dim);
+    wq = take(dim * dim), wk = take(dim * dim), wv = take(dim * dim), wo = take(dim * dim);
+    w1 = take(dim * hidden), w2 = take(hidden * dim), out = take(dim * vocab);
+    total = at;
+    data.assign(total, 0.0f);
+  }
+  float* operator()(std::size_t offset) { return data.data() + offset; }
+  const float* operator()(std::size_t offset) const { return data.data() + offset; }
+};
+
+//! Seeded initialisation, identical on every rank (uniform, scaled by 1/sqrt(fan-in)).
+inline void initialise(parameters& p, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto fill = [&](std::size_t at, std::size_t n, double scale) {
+    std::uniform_real_distribution<double> u(-scale, scale);
+    for (std::size_t i = 0; i < n; ++i)
+      p.data[at + i] = static_cast<float>(u(rng));
+  };
+  fill(p.embed, vocab * dim, 1.0);
+  fill(p.conv_w, dim * width, 0.5);
+  fill(p.conv_b, dim, 0.1);
+  for (const auto at : {p.wq, p.wk, p.wv, p.wo})
+    fill(at, dim * dim, 1.0 / std::sqrt(dim));
+  fill(p.w1, dim * hidden, 1.0 / std::sqrt(dim));
+  fill(p.w2, hidden * dim, 1.0 / std::sqrt(hidden));
+  fill(p.out, dim * vocab, 1.0 / std::sqrt(dim));
+}
+
+using shard_type =
+    dcpp::token_shard<dcpp::fields::token_ids, dcpp::fields::labels, dcpp::fields::loss_mask>;
+
+//! The step's global samples (identical for every world size): sample i of step s starts with two
+//! seeded tokens and continues x[t] = (x[t-2] + 3) mod vocab; lengths long-tailed.
+//! Rank r holds the samples i with i % world == r.
+inline shard_type make_shard(int step, int samples, std::uint64_t seed, int rank, int world,
+                             std::int64_t max_length) {
+  shard_type shard;
+  for (int i = 0; i < samples; ++i) {
+    std::mt19937_64 rng(seed * 1000003u + static_cast<std::uint64_t>(step) * 7919u +
+                        static_cast<std::uint64_t>(i));
+    const bool tail = rng() % 6 == 0;
+    const std::int64_t length =
+        std::min<std::int64_t>(max_length, tail ? 300 + static_cast<std::int64_t>(rng() % 700)
+                                                : 3 + static_cast<std::int64_t>(rng() % 120));
+    std::vector<std::int32_t> x(static_cast<std::size_t>(length));
+    x[0] = static_cast<std::int32_t>(rng() % vocab);
+    if (length > 1)
+      x[1] = static_cast<std::int32_t>(rng() % vocab);
+    for (std::size_t t = 2; t < x.size(); ++t)
+      x[t] = (x[t - 2] + 3) % vocab;
+    if (i % world != rank)
+      continue;
+    shard.lengths.push_back(length);
+    for (std::int64_t t = 0; t < length; ++t) {
+      const auto ut = static_cast<std::size_t>(t);
+      shard.get<dcpp::fields::token_ids>().push_back(x[ut]);
+      shard.get<dcpp::fields::labels>().push_back(t + 1 < length ? x[ut + 1] : -100);
+      shard.get<dcpp::fields::loss_mask>().push_back(t >= 1 && t + 1 < length ? 1 : 0);
+    }
+  }
+  return shard;
+}
+
+//! Loss tokens of a shard (the global count normalises every token's gradient).
+inline double loss_tokens(const shard_type& shard) {
+  double count = 0;
+  for (const auto m : shard.get<dcpp::fields::loss_mask>())
+    count += m;
+  return count;
+}
+
+//! The command line both trainers take.
+struct options {
+  int steps = 40, samples = 16;
+  double lr = 0.1, momentum = 0.9;
+  std::int64_t budget = 0;
+  std::uint64_t seed = 1;
+  std::string log_path, weights_path;
+  bool quiet = false;
+
+  void add_to(CLI::App& app) {
+    app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, 100000));
+    app.add_option("--samples", samples, "samples per step (over all ranks)")
+        ->check(CLI::Range(1, 1 << 20));
+    app.add_option("--lr", lr, "SGD learning rate")->check(CLI::PositiveNumber);
+    app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999));
+    app.add_option("--max-tokens-per-rank", budget,
+                   "token budget per rank and micro-batch (default 512, or 1024 on one rank)");
+    app.add_option("--seed", seed, "data and initialisation seed");
+    app.add_option("--log", log_path, "write a JSON log of every step here (rank 0)");
+    app.add_option("--weights", weights_path, "write the final weights here as .npy (rank 0)");
+    app.add_flag("--quiet", quiet, "no per-step output");
+  }
+  //! The token budget for `world` ranks (the flag, or the default).
+  [[nodiscard]] std::int64_t budget_for(int world) const {
+    return budget != 0 ? budget : world == 1 ? 1024 : 512;
+  }
+};
+
+//! Rank 0's report: a progress line per step (one updating line on a terminal) and the JSON log.
+class report {
+public:
+  report(const options& o, int world, std::int64_t budget, bool leader)
+      : o_(o), leader_(leader),
+        tty_(leader && !o.quiet && isatty(fileno(stdout)) != 0), log_{{"world_size", world},
+                                                                      {"max_tokens_per_rank",
+                                                                       budget},
+                                                                      {"steps",
+                                                                       nlohmann::json::array()}} {}
+
+  void step(int step, double loss, double loss_count, double tokens, double seconds,
+            const dcpp::plan& plan) {
+    if (!leader_)
+      return;
+    log_["steps"].push_back({{"step", step},
+                             {"loss", loss},
+                             {"loss_tokens", loss_count},
+                             {"tokens", tokens},
+                             {"seconds", seconds},
+                             {"tokens_per_second", tokens / seconds},
+                             {"plan_efficiency", plan.metrics.efficiency},
+                             {"microbatches", plan.microbatches.size()}});
+    if (o_.quiet)
+      return;
+    const int done = (step + 1) * 24 / o_.steps;
+    fmt::print("{}[{:<24}] step {:>4}/{}  loss {:.4f}  {:>8.0f} tok/s  plan eff. {:.3f}  "
+               "{} micro-batches{}",
+               tty_ ? "\r" : "", std::string(static_cast<std::size_t>(done), '='), step + 1,
+               o_.steps, loss, tokens / seconds, plan.metrics.efficiency, plan.microbatches.size(),
+               tty_ ? "" : "\n");
+    std::fflush(stdout);
+  }
+
+  //! End of training: the log and the final weights, if asked for.
+  void finish(const std::vector<float>& weights) {
+    if (!leader_)
+      return;
+    if (tty_)
+      fmt::print("\n");
+    if (!o_.log_path.empty())
+      std::ofstream(o_.log_path) << log_.dump(2) << "\n";
+    if (!o_.weights_path.empty())
+      dcpp::write_npy(o_.weights_path, "<f4", {static_cast<std::int64_t>(weights.size())}, weights);
+  }
+
+private:
+  const options& o_;
+  bool leader_, tty_;
+  nlohmann::json log_;
+};
+
+} // namespace trainer

@@ -1,0 +1,102 @@
+// CUDA launches of the GPU trainer's layers (bodies in layers.hpp).
+#include "dcpp/simt/cuda_context.cuh"
+#include "layers_launch.hpp"
+
+namespace trainer {
+namespace {
+
+constexpr unsigned threads = 256;
+
+unsigned blocks_for(std::int64_t n) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+__global__ void __launch_bounds__(256) gemm_kernel(kernels::gemm_params p) {
+  dcpp::simt::cuda_context ctx;
+  kernels::gemm_body(ctx, p);
+}
+__global__ void __launch_bounds__(256)
+    embed_kernel(const float* table, const std::int32_t* ids, float* x, std::int64_t tokens,
+                 int vocab, int dim) {
+  dcpp::simt::cuda_context ctx;
+  kernels::embed_body(ctx, table, ids, x, tokens, vocab, dim);
+}
+__global__ void __launch_bounds__(256)
+    add_kernel(const float* a, const float* b, float* y, std::int64_t n) {
+  dcpp::simt::cuda_context ctx;
+  kernels::add_body(ctx, a, b, y, n);
+}
+__global__ void __launch_bounds__(256) relu_kernel(const float* u, float* h, std::int64_t n) {
+  dcpp::simt::cuda_context ctx;
+  kernels::relu_body(ctx, u, h, n);
+}
+__global__ void __launch_bounds__(256) relu_grad_kernel(const float* u, float* dh, std::int64_t n) {
+  dcpp::simt::cuda_context ctx;
+  kernels::relu_grad_body(ctx, u, dh, n);
+}
+__global__ void __launch_bounds__(256)
+    cross_entropy_kernel(const float* logits, const std::int32_t* labels, const std::uint8_t* mask,
+                         float scale, float* loss, float* dlogits, std::int64_t tokens, int vocab) {
+  dcpp::simt::cuda_context ctx;
+  kernels::cross_entropy_body(ctx, logits, labels, mask, scale, loss, dlogits, tokens, vocab);
+}
+__global__ void __launch_bounds__(256)
+    sgd_kernel(float* w, const float* g, float* v, std::int64_t n, float lr, float momentum) {
+  dcpp::simt::cuda_context ctx;
+  kernels::sgd_body(ctx, w, g, v, n, lr, momentum);
+}
+
+} // namespace
+
+cudaError_t gemm(const kernels::gemm_params& p, cudaStream_t stream) {
+  if (p.m <= 0 || p.n <= 0)
+    return cudaSuccess;
+  const dim3 block(kernels::gemm_tile, kernels::gemm_tile);
+  const dim3 grid(static_cast<unsigned>((p.n + kernels::gemm_tile - 1) / kernels::gemm_tile),
+                  static_cast<unsigned>((p.m + kernels::gemm_tile - 1) / kernels::gemm_tile));
+  gemm_kernel<<<grid, block, kernels::gemm_shared_bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+cudaError_t embed(const float* table, const std::int32_t* ids, float* x, std::int64_t tokens,
+                  int vocab, int dim, cudaStream_t stream) {
+  if (tokens * dim <= 0)
+    return cudaSuccess;
+  embed_kernel<<<blocks_for(tokens * dim), threads, 0, stream>>>(table, ids, x, tokens, vocab, dim);
+  return cudaGetLastError();
+}
+cudaError_t add(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream) {
+  if (n <= 0)
+    return cudaSuccess;
+  add_kernel<<<blocks_for(n), threads, 0, stream>>>(a, b, y, n);
+  return cudaGetLastError();
+}
+cudaError_t relu(const float* u, float* h, std::int64_t n, cudaStream_t stream) {
+  if (n <= 0)
+    return cudaSuccess;
+  relu_kernel<<<blocks_for(n), threads, 0, stream>>>(u, h, n);
+  return cudaGetLastError();
+}
+cudaError_t relu_grad(const float* u, float* dh, std::int64_t n, cudaStream_t stream) {
+  if (n <= 0)
+    return cudaSuccess;
+  relu_grad_kernel<<<blocks_for(n), threads, 0, stream>>>(u, dh, n);
+  return cudaGetLastError();
+}
+cudaError_t cross_entropy(const float* logits, const std::int32_t* labels, const std::uint8_t* mask,
+                          float scale, float* loss, float* dlogits, std::int64_t tokens, int vocab,
+                          cudaStream_t stream) {
+  if (tokens <= 0)
+    return cudaSuccess;
+  cross_entropy_kernel<<<blocks_for(tokens), threads, 0, stream>>>(logits, labels, mask, scale,
+                                                                   loss, dlogits, tokens, vocab);
+  return cudaGetLastError();
+}
+cudaError_t sgd(float* w, const float* g, float* v, std::int64_t n, float lr, float momentum,
+                cudaStream_t stream) {
+  if (n <= 0)
+    return cudaSuccess;
+  sgd_kernel<<<blocks_for(n), threads, 0, stream>>>(w, g, v, n, lr, momentum);
+  return cudaGetLastError();
+}
+
+} // namespace trainer

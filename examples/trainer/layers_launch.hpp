@@ -1,0 +1,25 @@
+// The GPU trainer's layer launches (defined in layers.cu, compiled by nvcc), callable from C++.
+// Each enqueues on `stream` and returns the launch status.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "layers.hpp"
+
+namespace trainer {
+
+cudaError_t gemm(const kernels::gemm_params& p, cudaStream_t stream);
+cudaError_t embed(const float* table, const std::int32_t* ids, float* x, std::int64_t tokens,
+                  int vocab, int dim, cudaStream_t stream);
+cudaError_t add(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream);
+cudaError_t relu(const float* u, float* h, std::int64_t n, cudaStream_t stream);
+cudaError_t relu_grad(const float* u, float* dh, std::int64_t n, cudaStream_t stream);
+cudaError_t cross_entropy(const float* logits, const std::int32_t* labels, const std::uint8_t* mask,
+                          float scale, float* loss, float* dlogits, std::int64_t tokens, int vocab,
+                          cudaStream_t stream);
+cudaError_t sgd(float* w, const float* g, float* v, std::int64_t n, float lr, float momentum,
+                cudaStream_t stream);
+
+} // namespace trainer
