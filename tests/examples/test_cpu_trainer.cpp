@@ -4,57 +4,14 @@
 #include "../support.hpp"
 
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <string>
-#include <vector>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
-#include "dcpp/io/npy.hpp"
+#include "trainer_runs.hpp"
 
 namespace {
-
-std::string env(const char* name) {
-  const char* p = std::getenv(name);
-  REQUIRE(p != nullptr);
-  return p;
+trainer_runs::run_output train(int ranks, int steps, const std::string& tag) {
+  return trainer_runs::train(trainer_runs::env("DCPP_CPU_TRAINER"), ranks, steps, "cpu_" + tag);
 }
-
-struct run_output {
-  std::vector<double> losses;
-  std::vector<double> efficiency;
-  std::vector<double> weights;
-};
-
-run_output train(int ranks, int steps, const std::string& tag) {
-  const auto dir = std::filesystem::temp_directory_path() / ("dcpp_cpu_trainer_" + tag);
-  std::filesystem::create_directories(dir);
-  const std::string cmd = fmt::format(
-      "{} -np {} {} --steps {} --quiet --log {} --weights {} > {} 2>&1", env("DCPP_MPIEXEC"), ranks,
-      env("DCPP_CPU_TRAINER"), steps, (dir / "log.json").string(), (dir / "w.npy").string(),
-      (dir / "out.txt").string());
-  const int rc = std::system(cmd.c_str());
-  if (rc != 0) {
-    std::ifstream in(dir / "out.txt");
-    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    FAIL("cpu_trainer failed: " << all);
-  }
-  run_output out;
-  std::ifstream in(dir / "log.json");
-  const auto log = nlohmann::json::parse(in);
-  CHECK(log["world_size"] == ranks);
-  for (const auto& s : log["steps"]) {
-    out.losses.push_back(s["loss"].get<double>());
-    out.efficiency.push_back(s["plan_efficiency"].get<double>());
-  }
-  out.weights = dcpp::read_npy((dir / "w.npy").string()).as<double>("weights");
-  std::filesystem::remove_all(dir);
-  return out;
-}
-
 } // namespace
 
 TEST_CASE("cpu trainer: dynamic CP on 4 ranks gives the losses and weights of one rank") {
@@ -69,12 +26,7 @@ TEST_CASE("cpu trainer: dynamic CP on 4 ranks gives the losses and weights of on
   // still catches a lost, doubled or misrouted token (which moves the loss by ~1e-3).
   for (std::size_t s = 0; s < 5; ++s)
     CHECK(std::abs(four.losses[s] - one.losses[s]) <= 1e-6 * std::abs(one.losses[s]));
-  REQUIRE(four.weights.size() == one.weights.size());
-  double max_w = 0, max_diff = 0;
-  for (std::size_t i = 0; i < one.weights.size(); ++i) {
-    max_w = std::max(max_w, std::abs(one.weights[i]));
-    max_diff = std::max(max_diff, std::abs(four.weights[i] - one.weights[i]));
-  }
+  const auto [max_diff, max_w] = trainer_runs::weight_difference(four, one);
   INFO("max weight difference " << max_diff << " of max |w| " << max_w);
   CHECK(max_diff <= 1e-5 * max_w);
 }
