@@ -120,12 +120,14 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
   // ---- forward ----
   float* x0 = room(ws.x0, nd);
   check(trainer::embed(model.weight(p.embed), ws.ids.data(), x0, n, vocab, dim, stream), "embed");
+  // [gpu-conv-halo]
   // conv1d: the halo rows come from their owners over NCCL
   const auto conv_layout = dcpp::conv1d_layout::from_thd(layout, width);
   dcpp::cuda_conv1d_halo<dcpp::nccl_communicator, float> halo(
       group, dcpp::conv1d_halo_plan::make(layout, width), dim, stream);
   float* halo_x = room(ws.halo_x, static_cast<std::size_t>(conv_layout.halo_rows) * dim + 1);
   halo.exchange(x0, halo_x);
+  // [gpu-conv-halo]
   upload(ws.begin, std::span<const std::int32_t>(conv_layout.begin), stream);
   upload(ws.position, std::span<const std::int64_t>(conv_layout.position), stream);
   upload(ws.length, std::span<const std::int64_t>(conv_layout.length), stream);
@@ -138,6 +140,7 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
   check(dcpp::kernels::conv1d_forward<width, float>(cp, stream), "conv1d_forward");
   float* x1 = room(ws.x1, nd);
   check(trainer::add(x0, cp.y, x1, static_cast<std::int64_t>(nd), stream), "add");
+  // [gpu-attention]
   // attention through the device ring
   const auto part = dcpp::ring_partition::from(layout);
   const dcpp::attention_shape shape{1, 1, dim, 0.0f};
@@ -148,6 +151,7 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
   mm(x1, model.weight(p.wk), k, n, dim, dim, false, stream);
   mm(x1, model.weight(p.wv), v, n, dim, dim, false, stream);
   ring.forward(q, k, v, o, lse);
+  // [gpu-attention]
   float* x2 = room(ws.x2, nd);
   check(cudaMemcpyAsync(x2, x1, nd * sizeof(float), cudaMemcpyDeviceToDevice, stream), "copy");
   mm(o, model.weight(p.wo), x2, n, dim, dim, true, stream); // x2 = x1 + o Wo
@@ -315,6 +319,7 @@ int main(int argc, char** argv) {
       check(cudaMemsetAsync(model.g.data(), 0, host.total * sizeof(float), compute), "memset");
       double loss_sum = 0, loss_count = 0;
       std::int64_t tokens = 0;
+      // [gpu-step]
       for (std::size_t mb = 0; mb < router.microbatches(); ++mb) {
         const auto batch = router.dispatch(mb, shard);
         if (batch.layout.idle())
@@ -332,6 +337,7 @@ int main(int argc, char** argv) {
                          static_cast<float>(o.momentum), compute),
             "sgd");
       check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+      // [gpu-step]
 
       const std::vector<double> totals{loss_sum, loss_count};
       const auto mean = dcpp::global_token_mean(world, std::span<const double>(totals), 1);

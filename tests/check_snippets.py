@@ -14,6 +14,7 @@ quotes = {
     "examples/mpi_data_path.cpp": ["docs/data-path.md"],
     "examples/custom_cost.cpp": ["docs/policies.md"],
     "examples/cpu_trainer.cpp": ["docs/integration.md"],
+    "examples/gpu_trainer.cpp": ["docs/integration.md"],
 }
 failed = False
 for source, docs in quotes.items():
