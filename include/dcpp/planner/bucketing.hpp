@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "dcpp/core/sort.hpp"
 #include "dcpp/planner/options.hpp"
 
 namespace dcpp {
@@ -30,14 +31,10 @@ inline std::vector<std::int32_t> by_descending_work(const problem& p,
                                                     std::span<const double> work) {
   std::vector<std::int32_t> ids(p.size());
   std::iota(ids.begin(), ids.end(), 0);
-  std::sort(ids.begin(), ids.end(), [&](std::int32_t a, std::int32_t b) {
-    const auto ua = static_cast<std::size_t>(a);
-    const auto ub = static_cast<std::size_t>(b);
-    if (work[ua] != work[ub])
-      return work[ua] > work[ub];
-    if (p.lengths[ua] != p.lengths[ub])
-      return p.lengths[ua] > p.lengths[ub];
-    return a < b;
+  // descending work, then descending length, then ascending id
+  sort_ids_by_key(ids, [&](std::int32_t a) {
+    const auto u = static_cast<std::size_t>(a);
+    return std::pair(-work[u], -p.lengths[u]);
   });
   return ids;
 }
@@ -50,14 +47,9 @@ struct by_cp_size {
     (void)work;
     std::vector<std::int32_t> ids(p.size());
     std::iota(ids.begin(), ids.end(), 0);
-    std::sort(ids.begin(), ids.end(), [&](std::int32_t a, std::int32_t b) {
-      const auto ua = static_cast<std::size_t>(a);
-      const auto ub = static_cast<std::size_t>(b);
-      if (p.min_cp_of[ua] != p.min_cp_of[ub])
-        return p.min_cp_of[ua] > p.min_cp_of[ub];
-      if (p.lengths[ua] != p.lengths[ub])
-        return p.lengths[ua] > p.lengths[ub];
-      return a < b;
+    sort_ids_by_key(ids, [&](std::int32_t a) {
+      const auto u = static_cast<std::size_t>(a);
+      return std::pair(-std::int64_t{p.min_cp_of[u]}, -p.lengths[u]);
     });
     bucket_list out;
     for (std::size_t i = 0; i < ids.size(); ++i) {

@@ -4,13 +4,17 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <set>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "dcpp/core/node_pool.hpp"
+#include "dcpp/core/sort.hpp"
 #include "dcpp/planner/packing.hpp"
 #include "dcpp/planner/packing/megatron_greedy.hpp"
 #include "dcpp/planner/packing/static_cp.hpp"
@@ -68,6 +72,48 @@ struct balanced {
 };
 
 namespace detail {
+
+//! A min-heap of (key, id) entries with lazy deletion, for keys that only change by being
+//! pushed anew: an entry whose key is no longer its id's current key is stale and dropped when
+//! it reaches the top. Visits entries in the order of a std::set of (key, id) pairs, without a
+//! node allocation per update.
+template <class Key>
+class lazy_heap {
+public:
+  using entry = std::pair<Key, std::int32_t>;
+  void clear() noexcept { heap_.clear(); }
+  void push(Key key, std::int32_t id) {
+    heap_.emplace_back(key, id);
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
+  }
+  //! The smallest live entry (`current(id)` gives an id's current key), or null.
+  template <class Current>
+  const entry* top(Current&& current) {
+    while (!heap_.empty() && current(heap_.front().second) != heap_.front().first)
+      pop();
+    return heap_.empty() ? nullptr : &heap_.front();
+  }
+  //! Calls `f(entry)` on at most `limit` live entries in ascending order until it returns true.
+  template <class Current, class F>
+  void visit(Current&& current, std::int32_t limit, F&& f) {
+    seen_.clear();
+    while (static_cast<std::int32_t>(seen_.size()) < limit && top(current) != nullptr) {
+      seen_.push_back(heap_.front());
+      pop();
+      if (f(seen_.back()))
+        break;
+    }
+    for (const entry& e : seen_)
+      push(e.first, e.second);
+  }
+
+private:
+  void pop() {
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<>{});
+    heap_.pop_back();
+  }
+  std::vector<entry> heap_, seen_;
+};
 
 template <class Estimator>
 class balanced_engine {
@@ -170,6 +216,17 @@ private:
     bool alive = true;
   };
   using keyed = std::pair<double, std::int32_t>; // (load, group id)
+  template <class T>
+  using pool_set = std::set<T, std::less<T>, node_allocator<T>>;
+  //! `count` empty sets whose nodes come from the engine's arena.
+  template <class T>
+  std::vector<pool_set<T>> fresh_sets(std::size_t count) {
+    std::vector<pool_set<T>> out;
+    out.reserve(count);
+    for (std::size_t i = 0; i < count; ++i)
+      out.emplace_back(node_allocator<T>(arena_));
+    return out;
+  }
 
   [[nodiscard]] std::size_t level_of(std::int32_t cp) const {
     return static_cast<std::size_t>(std::lower_bound(pr_.cp_sizes.begin(), pr_.cp_sizes.end(), cp) -
@@ -275,16 +332,10 @@ private:
       for (const auto s : buckets[b])
         bucket_of[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(b);
     std::vector<std::int32_t> order = flatten(buckets);
-    std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-      const auto ua = static_cast<std::size_t>(a);
-      const auto ub = static_cast<std::size_t>(b);
-      if (bucket_of[ua] != bucket_of[ub])
-        return bucket_of[ua] < bucket_of[ub];
-      if (cp_[ua] != cp_[ub])
-        return cp_[ua] > cp_[ub];
-      if (cost_[ua] != cost_[ub])
-        return cost_[ua] > cost_[ub];
-      return a < b;
+    // bucket, then descending CP size, then descending cost, then id
+    sort_ids_by_key(order, [&](std::int32_t a) {
+      const auto u = static_cast<std::size_t>(a);
+      return std::tuple(bucket_of[u], -std::int64_t{cp_[u]}, -cost_[u]);
     });
     return order;
   }
@@ -294,7 +345,7 @@ private:
   void reset(std::int32_t k) {
     k_ = k;
     groups_.clear();
-    by_level_.assign(pr_.cp_sizes.size(), {});
+    by_level_ = fresh_sets<keyed>(pr_.cp_sizes.size());
     owner_.assign(static_cast<std::size_t>(k) * static_cast<std::size_t>(world_), -1);
     free_.assign(static_cast<std::size_t>(k), world_);
     lowest_free_.assign(static_cast<std::size_t>(k), 0);
@@ -416,8 +467,19 @@ private:
     for (std::size_t m = 0; m < p.microbatches.size(); ++m)
       for (const auto& g : p.microbatches[m].groups) {
         const std::int32_t id = open(static_cast<std::int32_t>(m), g.first_rank, g.cp);
-        for (const std::int32_t s : g.samples)
-          insert(id, s);
+        // the samples first, the group's key in the index once (as `insert` would leave it)
+        group& gr = groups_[static_cast<std::size_t>(id)];
+        double load = 0;
+        for (const std::int32_t s : g.samples) {
+          const auto us = static_cast<std::size_t>(s);
+          cp_[us] = g.cp;
+          cost_[us] = cost(s, g.cp);
+          gr.samples.push_back(s);
+          gr.tokens += tokens(s, g.cp);
+          group_of_[us] = id;
+          load += cost_[us];
+        }
+        set_load(id, load);
       }
     for (std::int32_t m = 0; m < k_; ++m)
       refresh_max(m);
@@ -472,23 +534,26 @@ private:
     std::int64_t slack = rounds_allowed * world_ * budget_;
     for (std::int32_t s = 0; s < n_; ++s)
       slack -= tokens(s, cp_[static_cast<std::size_t>(s)]) * cp_[static_cast<std::size_t>(s)];
-    std::sort(remaining.begin(), remaining.end(), [&](std::int32_t a, std::int32_t b) {
-      const auto ua = static_cast<std::size_t>(a);
-      const auto ub = static_cast<std::size_t>(b);
-      if (per_token[ua] != per_token[ub])
-        return per_token[ua] > per_token[ub];
-      if (pr_.lengths[ua] != pr_.lengths[ub])
-        return pr_.lengths[ua] > pr_.lengths[ub];
-      return a < b;
+    // descending work per token, then descending length, then id
+    sort_ids_by_key(remaining, [&](std::int32_t a) {
+      const auto u = static_cast<std::size_t>(a);
+      return std::pair(-per_token[u], -pr_.lengths[u]);
     });
     std::vector<microbatch_state> rounds;
     const std::size_t levels = pr_.cp_sizes.size();
-    std::vector<std::set<keyed>> by_load(levels); // per CP size: (load, group in the round)
-    std::vector<std::set<std::pair<std::int64_t, std::int32_t>>> by_tokens(
-        levels); // (tokens, group)
+    // per CP size: (load, group in the round) and (tokens, group)
+    // per CP size: (load, group of the round), (tokens, group)
+    std::vector<lazy_heap<double>> by_load(levels);
+    std::vector<lazy_heap<std::int64_t>> by_tokens(levels);
     std::vector<std::int32_t> deferred;
     while (!remaining.empty()) {
       microbatch_state mb(world_);
+      const auto load_of = [&mb](std::int32_t id) {
+        return mb.groups()[static_cast<std::size_t>(id)].load;
+      };
+      const auto tokens_of = [&mb](std::int32_t id) {
+        return mb.groups()[static_cast<std::size_t>(id)].tokens;
+      };
       for (std::size_t l = 0; l < levels; ++l) {
         by_load[l].clear();
         by_tokens[l].clear();
@@ -511,7 +576,8 @@ private:
       }
       auto room_left = [&] {
         for (std::size_t l = 0; l < levels; ++l)
-          if (!by_tokens[l].empty() && budget_ - by_tokens[l].begin()->first >= min_tokens)
+          if (const auto* t = by_tokens[l].top(tokens_of);
+              t != nullptr && budget_ - t->first >= min_tokens)
             return true;
         return false;
       };
@@ -549,19 +615,16 @@ private:
               break;
             const std::int64_t t2 = tokens(s, c2);
             const std::size_t l = level_of(c2);
-            if (by_tokens[l].empty() || by_tokens[l].begin()->first + t2 > budget_)
+            const auto* roomiest = by_tokens[l].top(tokens_of);
+            if (roomiest == nullptr || roomiest->first + t2 > budget_)
               continue;
-            std::int32_t found = -1;
-            std::int32_t tries = 0;
-            for (auto it = by_load[l].begin();
-                 it != by_load[l].end() && tries < policy_.candidates_per_level; ++it, ++tries) {
-              if (mb.groups()[static_cast<std::size_t>(it->second)].tokens + t2 <= budget_) {
-                found = it->second;
-                break;
-              }
-            }
-            if (found < 0)
-              found = by_tokens[l].begin()->second;
+            std::int32_t found = roomiest->second;
+            by_load[l].visit(load_of, policy_.candidates_per_level, [&](const auto& e) {
+              if (tokens_of(e.second) + t2 > budget_)
+                return false;
+              found = e.second;
+              return true;
+            });
             const double load = mb.groups()[static_cast<std::size_t>(found)].load + w2;
             if (load < best) {
               best = load;
@@ -582,12 +645,15 @@ private:
         }
         const std::size_t l = level_of(chosen_cp);
         auto& g = mb.groups()[static_cast<std::size_t>(chosen)];
-        by_load[l].erase({g.load, chosen});
-        by_tokens[l].erase({g.tokens, chosen});
+        const bool fresh = g.samples.empty();
+        const double old_load = g.load;
+        const std::int64_t old_tokens = g.tokens;
         mb.add(chosen, s, tokens(s, chosen_cp), cost_[us]);
         round_max = std::max(round_max, g.load);
-        by_load[l].emplace(g.load, chosen);
-        by_tokens[l].emplace(g.tokens, chosen);
+        if (fresh || g.load != old_load)
+          by_load[l].push(g.load, chosen);
+        if (fresh || g.tokens != old_tokens)
+          by_tokens[l].push(g.tokens, chosen);
       }
       rounds.push_back(std::move(mb));
       remaining.swap(deferred);
@@ -697,7 +763,7 @@ private:
   void build_slack_index() {
     for (std::int32_t m = 0; m < k_; ++m)
       refresh_max(m);
-    by_slack_.assign(pr_.cp_sizes.size(), {});
+    by_slack_ = fresh_sets<keyed>(pr_.cp_sizes.size());
     for (std::size_t id = 0; id < groups_.size(); ++id)
       if (groups_[id].alive)
         by_slack_[level_of(groups_[id].cp)].emplace(-slack(static_cast<std::int32_t>(id)),
@@ -901,15 +967,19 @@ private:
   std::vector<std::int32_t> cp_;
   std::vector<double> cost_;
   std::vector<group> groups_;
-  std::vector<std::set<keyed>> by_level_;
-  std::vector<std::set<keyed>> by_slack_; // (-slack, group id), built for the improvement
+  // The ordered indexes allocate one node per entry and are updated for every placement: their
+  // nodes come from an arena that lives as long as the engine (no malloc/free per update).
+  node_arena arena_;
+  std::vector<pool_set<keyed>> by_level_;
+  std::vector<pool_set<keyed>> by_slack_; // (-slack, group id), built for the improvement
   bool indexed_ = false;
   std::vector<std::int32_t> owner_;       // (mb, rank) -> group id or -1
   std::vector<std::int32_t> free_;        // per mb
   std::vector<std::int32_t> lowest_free_; // per mb: no free rank below this
   std::vector<std::vector<std::int32_t>> mb_groups_;
   std::vector<double> mb_max_;
-  std::set<std::pair<std::int32_t, std::int32_t>> by_room_; // (-free ranks, mb)
+  pool_set<std::pair<std::int32_t, std::int32_t>> by_room_{
+      node_allocator<std::pair<std::int32_t, std::int32_t>>(arena_)}; // (-free ranks, mb)
   std::vector<std::int32_t> group_of_;
 };
 
