@@ -149,8 +149,7 @@ public:
       grp.load = 0;
       for (const std::int32_t s : grp.samples) {
         grp.tokens += pr.rank_tokens(static_cast<std::size_t>(s), next_cp);
-        grp.load +=
-            static_cast<double>(estimator.cost(pr.lengths[static_cast<std::size_t>(s)], next_cp));
+        grp.load += sample_cost(pr, estimator, static_cast<std::size_t>(s), next_cp);
       }
       compact();
     }
@@ -232,7 +231,7 @@ void split_to_multiple(std::vector<microbatch_state>& mbs, std::int32_t multiple
       for (std::size_t i = 0; i < g.samples.size(); ++i) {
         const std::int32_t s = g.samples[i];
         const auto us = static_cast<std::size_t>(s);
-        const double c = static_cast<double>(estimator.cost(pr.lengths[us], g.cp));
+        const double c = sample_cost(pr, estimator, us, g.cp);
         if (i % 2 == 0)
           a.add(ga, s, pr.rank_tokens(us, g.cp), c);
         else

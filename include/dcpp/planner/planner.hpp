@@ -68,12 +68,13 @@ public:
 
   [[nodiscard]] plan make_plan(std::span<const std::int64_t> lengths) const {
     const auto start = std::chrono::steady_clock::now();
-    const problem pr = make_problem(options_, lengths);
+    problem pr = make_problem(options_, lengths);
     if constexpr (requires { packing_.check(pr); })
       throw_if_failed(packing_.check(pr));
+    tabulate_costs(pr, estimator_);
     std::vector<double> work(pr.size());
     for (std::size_t i = 0; i < pr.size(); ++i)
-      work[i] = static_cast<double>(estimator_.cost(pr.lengths[i], pr.min_cp_of[i]));
+      work[i] = sample_cost(pr, estimator_, i, pr.min_cp_of[i]);
     const bucket_list buckets = bucketing_.buckets(pr, work);
     throw_if_failed(check_buckets(buckets, pr.size()));
     plan p = packing_.pack(pr, estimator_, buckets);

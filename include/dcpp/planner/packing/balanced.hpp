@@ -233,7 +233,7 @@ private:
                                     pr_.cp_sizes.begin());
   }
   [[nodiscard]] double cost(std::int32_t s, std::int32_t cp) const {
-    return static_cast<double>(estimator_.cost(pr_.lengths[static_cast<std::size_t>(s)], cp));
+    return sample_cost(pr_, estimator_, static_cast<std::size_t>(s), cp);
   }
   [[nodiscard]] std::int64_t tokens(std::int32_t s, std::int32_t cp) const {
     return pr_.rank_tokens(static_cast<std::size_t>(s), cp);

@@ -40,7 +40,7 @@ struct megatron_greedy {
         const auto s = static_cast<std::size_t>(remaining.front());
         const std::int32_t cp = pr.min_cp_of[s];
         const std::int64_t tokens = pr.rank_tokens(s, cp);
-        const double cost = static_cast<double>(estimator.cost(pr.lengths[s], cp));
+        const double cost = sample_cost(pr, estimator, s, cp);
         const std::int32_t g = mb.open(mb.free_block(o, cp).value(), cp);
         mb.add(g, remaining.front(), tokens, cost);
       }
@@ -59,7 +59,7 @@ struct megatron_greedy {
         for (const std::int32_t cp : pr.cp_sizes) {
           if (cp < pr.min_cp_of[s])
             continue;
-          const double cost = static_cast<double>(estimator.cost(pr.lengths[s], cp));
+          const double cost = sample_cost(pr, estimator, s, cp);
           const std::int64_t tokens = pr.rank_tokens(s, cp);
           const auto& groups = mb.groups();
           for (std::size_t g = 0; g < groups.size(); ++g) {
@@ -88,8 +88,7 @@ struct megatron_greedy {
           continue;
         }
         const std::int32_t g = best_group >= 0 ? best_group : mb.open(best_block, best_cp);
-        mb.add(g, sample, pr.rank_tokens(s, best_cp),
-               static_cast<double>(estimator.cost(pr.lengths[s], best_cp)));
+        mb.add(g, sample, pr.rank_tokens(s, best_cp), sample_cost(pr, estimator, s, best_cp));
       }
       mb.grow_into_idle_ranks(pr, estimator);
       mbs.push_back(std::move(mb));

@@ -65,7 +65,7 @@ struct static_cp {
     std::vector<double> cost(pr.size());
     std::int64_t rank_tokens = 0;
     for (std::size_t i = 0; i < pr.size(); ++i) {
-      cost[i] = static_cast<double>(estimator.cost(pr.lengths[i], c));
+      cost[i] = sample_cost(pr, estimator, i, c);
       rank_tokens += pr.rank_tokens(i, c);
     }
     std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {

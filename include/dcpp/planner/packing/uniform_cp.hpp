@@ -44,7 +44,7 @@ struct uniform_cp {
           leftovers.push_back(sample);
           continue;
         }
-        mb.add(best, sample, tokens, static_cast<double>(estimator.cost(pr.lengths[s], cp)));
+        mb.add(best, sample, tokens, sample_cost(pr, estimator, s, cp));
       }
       mbs.push_back(std::move(mb));
       remaining.swap(leftovers);
