@@ -135,13 +135,16 @@ template <workload_estimator Estimator>
 double lower_bound(const problem& pr, const Estimator& estimator) {
   double area = 0;
   double longest = 0;
+  const std::size_t levels = pr.cp_sizes.size();
   for (std::size_t i = 0; i < pr.size(); ++i) {
     double best_area = std::numeric_limits<double>::infinity();
     double best_time = std::numeric_limits<double>::infinity();
-    for (const std::int32_t cp : pr.cp_sizes) {
+    for (std::size_t l = 0; l < levels; ++l) {
+      const std::int32_t cp = pr.cp_sizes[l];
       if (cp < pr.min_cp_of[i])
         continue;
-      const double t = sample_cost(pr, estimator, i, cp);
+      const double t = pr.costs.empty() ? static_cast<double>(estimator.cost(pr.lengths[i], cp))
+                                        : pr.costs[i * levels + l];
       best_area = std::min(best_area, t * cp);
       best_time = std::min(best_time, t);
     }

@@ -97,11 +97,12 @@ public:
   template <class Current, class F>
   void visit(Current&& current, std::int32_t limit, F&& f) {
     seen_.clear();
-    while (static_cast<std::int32_t>(seen_.size()) < limit && top(current) != nullptr) {
-      seen_.push_back(heap_.front());
+    for (std::int32_t visited = 0; visited < limit; ++visited) {
+      const entry* t = top(current);
+      if (t == nullptr || f(*t))
+        break; // the entry that satisfied f stays where it is
+      seen_.push_back(*t);
       pop();
-      if (f(seen_.back()))
-        break;
     }
     for (const entry& e : seen_)
       push(e.first, e.second);
