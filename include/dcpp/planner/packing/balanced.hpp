@@ -546,6 +546,36 @@ private:
     // per CP size: (load, group of the round), (tokens, group)
     std::vector<lazy_heap<double>> by_load(levels);
     std::vector<lazy_heap<std::int64_t>> by_tokens(levels);
+    // A quick, exact "no" for a sample that fits no group of the round (most visits of a full
+    // round): per CP size the most token room of any group (-1: none; rooms only shrink in a
+    // round), and per sample the largest size its search would look at (the 5% area limit
+    // below), worked out once per (sample, size).
+    std::vector<std::int64_t> room(levels, -1);
+    std::vector<std::int32_t> reach_from(static_cast<std::size_t>(n_), 0);
+    std::vector<std::int32_t> reach(static_cast<std::size_t>(n_), 0);
+    const auto fits_somewhere = [&](std::int32_t s, std::int32_t c) {
+      const auto us = static_cast<std::size_t>(s);
+      if (reach_from[us] != c) {
+        const double area = cost_[us] * c;
+        std::int32_t r = c;
+        for (const std::int32_t c2 : ladder(s)) {
+          if (c2 <= c)
+            continue;
+          if (cost(s, c2) * c2 > 1.05 * area)
+            break;
+          r = c2;
+        }
+        reach_from[us] = c;
+        reach[us] = r;
+      }
+      for (const std::int32_t c2 : ladder(s)) {
+        if (c2 > reach[us])
+          break;
+        if (c2 >= c && room[level_of(c2)] >= tokens(s, c2))
+          return true;
+      }
+      return false;
+    };
     std::vector<std::int32_t> deferred;
     while (!remaining.empty()) {
       microbatch_state mb(world_);
@@ -558,6 +588,7 @@ private:
       for (std::size_t l = 0; l < levels; ++l) {
         by_load[l].clear();
         by_tokens[l].clear();
+        room[l] = -1;
       }
       deferred.clear();
       // the round's level: what a rank full of tokens costs at the token-weighted mean work per
@@ -602,7 +633,7 @@ private:
         std::int32_t chosen_cp = c;
         if (const auto first = mb.free_block(o_, c)) {
           chosen = mb.open(*first, c);
-        } else {
+        } else if (fits_somewhere(s, c)) {
           // the least-loaded group with token room (among the first few by load, else the one
           // with the most room), of this CP size or of a larger one where the sample costs at
           // most 5% more rank area
@@ -655,6 +686,7 @@ private:
           by_load[l].push(g.load, chosen);
         if (fresh || g.tokens != old_tokens)
           by_tokens[l].push(g.tokens, chosen);
+        room[l] = budget_ - by_tokens[l].top(tokens_of)->first;
       }
       rounds.push_back(std::move(mb));
       remaining.swap(deferred);
