@@ -280,3 +280,40 @@ TEST_CASE("balanced: extra_microbatches = 0 holds it to the token minimum or Meg
     CHECK(relaxed.metrics.estimated_step_time <= m.metrics.estimated_step_time * (1 + 1e-12));
   }
 }
+
+TEST_CASE("balanced: the lazy heap visits live entries in the order of an ordered set") {
+  dcpp::workload::rng r(29);
+  dcpp::detail::lazy_heap<double> heap;
+  std::vector<double> key(40, -1.0); // current key per id; -1: not in the heap
+  std::set<std::pair<double, std::int32_t>> reference;
+  const auto current = [&](std::int32_t id) { return key[static_cast<std::size_t>(id)]; };
+  for (int step = 0; step < 5000; ++step) {
+    const auto id = static_cast<std::int32_t>(r.uniform_int(0, 39));
+    const auto uid = static_cast<std::size_t>(id);
+    // keys only grow, as the loads and token counts of a round do
+    const double next = (key[uid] < 0 ? 0.0 : key[uid]) + static_cast<double>(r.uniform_int(1, 5));
+    if (key[uid] >= 0)
+      reference.erase({key[uid], id});
+    key[uid] = next;
+    reference.emplace(next, id);
+    heap.push(next, id);
+    const auto limit = static_cast<std::int32_t>(r.uniform_int(1, 12));
+    const auto stop_at = static_cast<std::int32_t>(r.uniform_int(0, 39));
+    std::vector<std::pair<double, std::int32_t>> seen;
+    heap.visit(current, limit, [&](const auto& e) {
+      seen.push_back(e);
+      return e.second == stop_at;
+    });
+    std::vector<std::pair<double, std::int32_t>> expect;
+    for (const auto& e : reference) {
+      if (static_cast<std::int32_t>(expect.size()) >= limit)
+        break;
+      expect.push_back(e);
+      if (e.second == stop_at)
+        break;
+    }
+    REQUIRE(seen == expect);
+    REQUIRE(heap.top(current) != nullptr);
+    CHECK(*heap.top(current) == *reference.begin());
+  }
+}

@@ -114,3 +114,32 @@ TEST_CASE("plan: rank_groups maps ranks to groups") {
   const auto p = hand_plan();
   CHECK(p.rank_groups(1) == std::vector<std::int32_t>{1, 1, 0, -1});
 }
+
+TEST_CASE("plan: the cost table holds the estimator's bits; sample_cost falls back beyond it") {
+  const dcpp::transformer_cost e;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    auto o = opts(static_cast<std::int32_t>(8 + seed % 3 * 8), 4096);
+    if (seed % 2 == 0)
+      o.group_topology = dcpp::topology::contiguous;
+    const auto lengths =
+        dcpp::workload::long_tail(37 + seed * 11, seed, 0.1, dcpp::max_plannable_length(o));
+    auto pr = dcpp::make_problem(o, lengths);
+    const double untabulated = dcpp::lower_bound(pr, e);
+    dcpp::tabulate_costs(pr, e);
+    REQUIRE(pr.costs.size() == pr.size() * pr.cp_sizes.size());
+    for (std::size_t s = 0; s < pr.size(); ++s)
+      for (const std::int32_t cp : pr.cp_sizes) {
+        INFO("sample " << s << " cp " << cp);
+        const double direct = e.cost(pr.lengths[s], cp);
+        // identical bits, also below the sample's smallest size (not tabulated: the estimator)
+        CHECK(dcpp::sample_cost(pr, e, s, cp) == direct);
+      }
+    CHECK(dcpp::sample_cost(pr, e, 0, o.world_size + 1) == e.cost(pr.lengths[0], o.world_size + 1));
+    CHECK(dcpp::lower_bound(pr, e) == untabulated);
+    // over the entry limit: no table, the same answers
+    dcpp::tabulate_costs(pr, e, 1);
+    CHECK(pr.costs.empty());
+    CHECK(dcpp::sample_cost(pr, e, 0, pr.cp_sizes.back()) ==
+          e.cost(pr.lengths[0], pr.cp_sizes.back()));
+  }
+}

@@ -1,0 +1,68 @@
+// Tests for include/dcpp/core/sort.hpp and include/dcpp/core/node_pool.hpp.
+#include "../support.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "dcpp/core/node_pool.hpp"
+#include "dcpp/core/sort.hpp"
+#include "dcpp/workload/generators.hpp"
+
+TEST_CASE("sort_ids_by_key: the order of a stable sort by the key, ties by id") {
+  dcpp::workload::rng r(3);
+  for (const std::size_t n : {0U, 1U, 2U, 7U, 130U, 1021U}) {
+    CAPTURE(n);
+    std::vector<double> a(n);
+    std::vector<std::int64_t> b(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      a[i] = static_cast<double>(r.uniform_int(0, 9)) * 0.25; // many ties
+      b[i] = r.uniform_int(0, 4);
+    }
+    std::vector<std::int32_t> ids(n), expect(n);
+    std::iota(ids.begin(), ids.end(), 0);
+    // shuffle the input order: the result must not depend on it
+    for (std::size_t i = n; i > 1; --i)
+      std::swap(ids[i - 1],
+                ids[static_cast<std::size_t>(r.uniform_int(0, static_cast<std::int64_t>(i) - 1))]);
+    std::iota(expect.begin(), expect.end(), 0);
+    std::stable_sort(expect.begin(), expect.end(), [&](std::int32_t x, std::int32_t y) {
+      const auto ux = static_cast<std::size_t>(x), uy = static_cast<std::size_t>(y);
+      if (a[ux] != a[uy])
+        return a[ux] > a[uy]; // descending
+      return b[ux] > b[uy];
+    });
+    dcpp::sort_ids_by_key(ids, [&](std::int32_t id) {
+      const auto u = static_cast<std::size_t>(id);
+      return std::pair(-a[u], -b[u]);
+    });
+    CHECK(ids == expect);
+  }
+}
+
+TEST_CASE("node_arena: sets on an arena behave like std::set under seeded inserts and erases") {
+  dcpp::workload::rng r(17);
+  dcpp::node_arena arena;
+  using key = std::pair<double, std::int32_t>;
+  std::set<key, std::less<key>, dcpp::node_allocator<key>> pooled{dcpp::node_allocator<key>(arena)};
+  std::set<key> reference;
+  for (int step = 0; step < 20000; ++step) {
+    const key k{static_cast<double>(r.uniform_int(0, 300)),
+                static_cast<std::int32_t>(r.uniform_int(0, 50))};
+    if (r.uniform_int(0, 2) == 0) {
+      CHECK(pooled.erase(k) == reference.erase(k));
+    } else {
+      CHECK(pooled.insert(k).second == reference.insert(k).second);
+    }
+  }
+  CHECK(std::equal(pooled.begin(), pooled.end(), reference.begin(), reference.end()));
+  // a vector on the arena takes arrays from operator new and still works
+  std::vector<std::int64_t, dcpp::node_allocator<std::int64_t>> v{
+      dcpp::node_allocator<std::int64_t>(arena)};
+  for (std::int64_t i = 0; i < 1000; ++i)
+    v.push_back(i * i);
+  CHECK(v[999] == 999 * 999);
+}
