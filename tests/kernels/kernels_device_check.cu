@@ -21,27 +21,9 @@ template cudaError_t token_reduce<bfloat16, double>(const token_reduce_params<bf
 
 } // namespace dcpp::kernels
 
-#include "dcpp/conv/causal_conv1d.cuh"
-
-namespace dcpp::kernels {
-
-// Causal conv1d: widths 2..4, every element type (both vector widths through the dispatch).
-#define DCPP_CONV1D_INSTANTIATE(W, T)                                                              \
-  template cudaError_t conv1d_forward<W, T>(const conv1d_params<T>&, cudaStream_t);                \
-  template cudaError_t conv1d_backward<W, T>(const conv1d_params<T>&, cudaStream_t);               \
-  template cudaError_t conv1d_halo_gradients<W, T>(const conv1d_params<T>&, cudaStream_t);
-DCPP_CONV1D_INSTANTIATE(2, float)
-DCPP_CONV1D_INSTANTIATE(3, float)
-DCPP_CONV1D_INSTANTIATE(4, float)
-DCPP_CONV1D_INSTANTIATE(2, half)
-DCPP_CONV1D_INSTANTIATE(3, half)
-DCPP_CONV1D_INSTANTIATE(4, half)
-DCPP_CONV1D_INSTANTIATE(2, bfloat16)
-DCPP_CONV1D_INSTANTIATE(3, bfloat16)
-DCPP_CONV1D_INSTANTIATE(4, bfloat16)
-#undef DCPP_CONV1D_INSTANTIATE
-
-} // namespace dcpp::kernels
+// Causal conv1d: widths 2..4, every element type (both vector widths through the dispatch),
+// and the row gather-sum: the instances dcpp_cuda_kernels ships.
+#include "dcpp/conv/causal_conv1d_instances.cu"
 
 #include "dcpp/simt/cuda_context.cuh"
 
