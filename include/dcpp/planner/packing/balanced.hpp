@@ -78,47 +78,93 @@ struct balanced {
 
 namespace detail {
 
-//! A min-heap of (key, id) entries with lazy deletion, for keys that only change by being
-//! pushed anew: an entry whose key is no longer its id's current key is stale and dropped when
-//! it reaches the top. Visits entries in the order of a std::set of (key, id) pairs, without a
-//! node allocation per update.
+//! A binary min-heap of (key, id) entries, at most one per id, with the ids' positions, so that
+//! a key changes in place (no stale entries). Ordered like a std::set of (key, id) pairs: `top`
+//! is its first entry and `visit` walks its first entries in order without changing the heap.
 template <class Key>
-class lazy_heap {
+class indexed_heap {
 public:
   using entry = std::pair<Key, std::int32_t>;
-  void clear() noexcept { heap_.clear(); }
-  void push(Key key, std::int32_t id) {
-    heap_.emplace_back(key, id);
-    std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
+  void clear() noexcept {
+    for (const entry& e : heap_)
+      pos_[static_cast<std::size_t>(e.second)] = -1;
+    heap_.clear();
   }
-  //! The smallest live entry (`current(id)` gives an id's current key), or null.
-  template <class Current>
-  const entry* top(Current&& current) {
-    while (!heap_.empty() && current(heap_.front().second) != heap_.front().first)
-      pop();
+  //! Inserts id with `key`, or moves it to `key`.
+  void set(Key key, std::int32_t id) {
+    const auto uid = static_cast<std::size_t>(id);
+    if (uid >= pos_.size())
+      pos_.resize(uid + 1, -1);
+    if (pos_[uid] < 0) {
+      heap_.emplace_back(key, id);
+      pos_[uid] = static_cast<std::int32_t>(heap_.size() - 1);
+      up(heap_.size() - 1);
+      return;
+    }
+    const auto i = static_cast<std::size_t>(pos_[uid]);
+    const entry old = heap_[i];
+    heap_[i].first = key;
+    if (heap_[i] < old)
+      up(i);
+    else
+      down(i);
+  }
+  [[nodiscard]] const entry* top() const noexcept {
     return heap_.empty() ? nullptr : &heap_.front();
   }
-  //! Calls `f(entry)` on at most `limit` live entries in ascending order until it returns true.
-  template <class Current, class F>
-  void visit(Current&& current, std::int32_t limit, F&& f) {
-    seen_.clear();
-    for (std::int32_t visited = 0; visited < limit; ++visited) {
-      const entry* t = top(current);
-      if (t == nullptr || f(*t))
-        break; // the entry that satisfied f stays where it is
-      seen_.push_back(*t);
-      pop();
+  //! Calls `f(entry)` on at most `limit` entries in ascending order until it returns true
+  //! (best-first walk of the heap's tree).
+  template <class F>
+  void visit(std::int32_t limit, F&& f) {
+    frontier_.clear();
+    if (!heap_.empty())
+      frontier_.push_back(0);
+    const auto later = [this](std::size_t a, std::size_t b) { return heap_[b] < heap_[a]; };
+    for (std::int32_t visited = 0; visited < limit && !frontier_.empty(); ++visited) {
+      std::pop_heap(frontier_.begin(), frontier_.end(), later);
+      const std::size_t i = frontier_.back();
+      frontier_.pop_back();
+      if (f(heap_[i]))
+        return;
+      for (const std::size_t child : {2 * i + 1, 2 * i + 2})
+        if (child < heap_.size()) {
+          frontier_.push_back(child);
+          std::push_heap(frontier_.begin(), frontier_.end(), later);
+        }
     }
-    for (const entry& e : seen_)
-      push(e.first, e.second);
   }
 
 private:
-  void pop() {
-    std::pop_heap(heap_.begin(), heap_.end(), std::greater<>{});
-    heap_.pop_back();
+  void place(std::size_t i, const entry& e) {
+    heap_[i] = e;
+    pos_[static_cast<std::size_t>(e.second)] = static_cast<std::int32_t>(i);
   }
-  std::vector<entry> heap_, seen_;
+  void up(std::size_t i) {
+    const entry e = heap_[i];
+    while (i > 0 && e < heap_[(i - 1) / 2]) {
+      place(i, heap_[(i - 1) / 2]);
+      i = (i - 1) / 2;
+    }
+    place(i, e);
+  }
+  void down(std::size_t i) {
+    const entry e = heap_[i];
+    for (;;) {
+      std::size_t c = 2 * i + 1;
+      if (c >= heap_.size())
+        break;
+      if (c + 1 < heap_.size() && heap_[c + 1] < heap_[c])
+        ++c;
+      if (!(heap_[c] < e))
+        break;
+      place(i, heap_[c]);
+      i = c;
+    }
+    place(i, e);
+  }
+  std::vector<entry> heap_;
+  std::vector<std::int32_t> pos_; // id -> index in heap_, -1 when absent
+  std::vector<std::size_t> frontier_;
 };
 
 template <class Estimator>
@@ -130,7 +176,13 @@ public:
         budget_(pr.options.max_tokens_per_rank),
         improve_candidates_(policy.improvement_candidates >= 0 ? policy.improvement_candidates
                             : std::int64_t{n_} * world_ < policy.wide_search_limit ? 64
-                                                                                   : 8) {}
+                                                                                   : 8) {
+    const std::int32_t largest = pr.cp_sizes.empty() ? 0 : pr.cp_sizes.back();
+    level_index_.resize(static_cast<std::size_t>(largest) + 1);
+    for (std::int32_t cp = 0; cp <= largest; ++cp)
+      level_index_[static_cast<std::size_t>(cp)] = static_cast<std::size_t>(
+          std::lower_bound(pr.cp_sizes.begin(), pr.cp_sizes.end(), cp) - pr.cp_sizes.begin());
+  }
 
   plan run(const bucket_list& buckets) {
     choose_cp_sizes();
@@ -237,9 +289,9 @@ private:
     return out;
   }
 
+  //! Index of the first legal size >= cp (of cp itself for a legal size), from a table.
   [[nodiscard]] std::size_t level_of(std::int32_t cp) const {
-    return static_cast<std::size_t>(std::lower_bound(pr_.cp_sizes.begin(), pr_.cp_sizes.end(), cp) -
-                                    pr_.cp_sizes.begin());
+    return level_index_[static_cast<std::size_t>(cp)];
   }
   [[nodiscard]] double cost(std::int32_t s, std::int32_t cp) const {
     return sample_cost(pr_, estimator_, static_cast<std::size_t>(s), cp);
@@ -552,8 +604,8 @@ private:
     const std::size_t levels = pr_.cp_sizes.size();
     // per CP size: (load, group in the round) and (tokens, group)
     // per CP size: (load, group of the round), (tokens, group)
-    std::vector<lazy_heap<double>> by_load(levels);
-    std::vector<lazy_heap<std::int64_t>> by_tokens(levels);
+    std::vector<indexed_heap<double>> by_load(levels);
+    std::vector<indexed_heap<std::int64_t>> by_tokens(levels);
     // A quick, exact "no" for a sample that fits no group of the round (most visits of a full
     // round): per CP size the most token room of any group (-1: none; rooms only shrink in a
     // round), and per sample the largest size its search would look at (the 5% area limit
@@ -587,9 +639,6 @@ private:
     std::vector<std::int32_t> deferred;
     while (!remaining.empty()) {
       microbatch_state mb(world_);
-      const auto load_of = [&mb](std::int32_t id) {
-        return mb.groups()[static_cast<std::size_t>(id)].load;
-      };
       const auto tokens_of = [&mb](std::int32_t id) {
         return mb.groups()[static_cast<std::size_t>(id)].tokens;
       };
@@ -616,8 +665,7 @@ private:
       }
       auto room_left = [&] {
         for (std::size_t l = 0; l < levels; ++l)
-          if (const auto* t = by_tokens[l].top(tokens_of);
-              t != nullptr && budget_ - t->first >= min_tokens)
+          if (const auto* t = by_tokens[l].top(); t != nullptr && budget_ - t->first >= min_tokens)
             return true;
         return false;
       };
@@ -655,11 +703,11 @@ private:
               break;
             const std::int64_t t2 = tokens(s, c2);
             const std::size_t l = level_of(c2);
-            const auto* roomiest = by_tokens[l].top(tokens_of);
+            const auto* roomiest = by_tokens[l].top();
             if (roomiest == nullptr || roomiest->first + t2 > budget_)
               continue;
             std::int32_t found = roomiest->second;
-            by_load[l].visit(load_of, policy_.candidates_per_level, [&](const auto& e) {
+            by_load[l].visit(policy_.candidates_per_level, [&](const auto& e) {
               if (tokens_of(e.second) + t2 > budget_)
                 return false;
               found = e.second;
@@ -685,16 +733,11 @@ private:
         }
         const std::size_t l = level_of(chosen_cp);
         auto& g = mb.groups()[static_cast<std::size_t>(chosen)];
-        const bool fresh = g.samples.empty();
-        const double old_load = g.load;
-        const std::int64_t old_tokens = g.tokens;
         mb.add(chosen, s, tokens(s, chosen_cp), cost_[us]);
         round_max = std::max(round_max, g.load);
-        if (fresh || g.load != old_load)
-          by_load[l].push(g.load, chosen);
-        if (fresh || g.tokens != old_tokens)
-          by_tokens[l].push(g.tokens, chosen);
-        room[l] = budget_ - by_tokens[l].top(tokens_of)->first;
+        by_load[l].set(g.load, chosen);
+        by_tokens[l].set(g.tokens, chosen);
+        room[l] = budget_ - by_tokens[l].top()->first;
       }
       rounds.push_back(std::move(mb));
       remaining.swap(deferred);
@@ -1003,6 +1046,7 @@ private:
   std::int32_t world_;
   std::int64_t budget_;
   std::int32_t improve_candidates_;
+  std::vector<std::size_t> level_index_; // cp -> level_of(cp)
   std::int32_t k_ = 0;
   double target_ = 0;
   double eps_ = 0;
