@@ -126,7 +126,9 @@ TEST_CASE("plan: the cost table holds the estimator's bits; sample_cost falls ba
     auto pr = dcpp::make_problem(o, lengths);
     const double untabulated = dcpp::lower_bound(pr, e);
     dcpp::tabulate_costs(pr, e);
-    REQUIRE(pr.costs.size() == pr.size() * pr.cp_sizes.size());
+    REQUIRE(pr.cost_row.size() == pr.size());
+    REQUIRE(pr.costs.size() % pr.cp_sizes.size() == 0);
+    REQUIRE(pr.costs.size() <= pr.size() * pr.cp_sizes.size());
     for (std::size_t s = 0; s < pr.size(); ++s)
       for (const std::int32_t cp : pr.cp_sizes) {
         INFO("sample " << s << " cp " << cp);

@@ -127,10 +127,12 @@ struct problem {
   std::vector<std::int32_t> min_cp_of; //!< per sample: smallest legal cp that fits
   std::vector<std::int32_t> cp_sizes;  //!< legal cp sizes, ascending
   //! Optional table of the estimator's costs, filled by `tabulate_costs` (dcpp/planner/plan.hpp):
-  //! `costs[s * cp_sizes.size() + level]` for every legal size at or above the sample's smallest,
-  //! `level_of_cp[cp]` the level of a legal size. Read through `sample_cost`, which calls the
-  //! estimator when the table is empty; the values are the estimator's own (same bits).
+  //! samples of one length share a row, `cost_row[s]`; `costs[row * cp_sizes.size() + level]`
+  //! for every legal size at or above the length's smallest; `level_of_cp[cp]` the level of a
+  //! legal size. Read through `sample_cost`, which calls the estimator when the table is empty;
+  //! the values are the estimator's own (same bits).
   std::vector<double> costs;
+  std::vector<std::int32_t> cost_row;
   std::vector<std::int32_t> level_of_cp;
 
   [[nodiscard]] std::size_t size() const noexcept { return lengths.size(); }
