@@ -602,8 +602,7 @@ private:
     });
     std::vector<microbatch_state> rounds;
     const std::size_t levels = pr_.cp_sizes.size();
-    // per CP size: (load, group in the round) and (tokens, group)
-    // per CP size: (load, group of the round), (tokens, group)
+    // per CP size: (load, group of the round) and (tokens, group)
     std::vector<indexed_heap<double>> by_load(levels);
     std::vector<indexed_heap<std::int64_t>> by_tokens(levels);
     // A quick, exact "no" for a sample that fits no group of the round (most visits of a full
