@@ -143,44 +143,62 @@ void launch_elements(std::int64_t n, const simt::host_launch_options& options, B
 } // namespace detail
 
 //! dcpp's per-step kernels run on the CPU through the host launcher (the kernels' own source).
+//! The step functions are heavy to compile (every kernel body for both head dims); a program can
+//! link them precompiled: define `DCPP_HOST_ATTENTION_PRECOMPILED` and link one translation unit
+//! that includes kernels/dcpp/attention/host_attention_instances.cpp (Meson:
+//! `dcpp_host_attention_dep`).
 struct host_attention {
   simt::host_launch_options launch{};
 
   template <class T>
-  void forward_step(const attention_step<T>& s) const {
-    detail::with_head_dim(s.shape.head_dim, [&](auto d) {
-      constexpr int D = decltype(d)::value;
-      using cfg = kernels::attention_tile<D, T>;
-      const auto tiles = s.partition->tiles(cfg::rows, query_rows_of(s.params.kind));
-      auto p = s.params;
-      p.tiles = tiles.view();
-      detail::launch_tiles(
-          tiles, static_cast<unsigned>(p.heads), cfg::threads, cfg::forward_shared, launch,
-          [&](simt::host_context& ctx) { kernels::attention_forward_body<D>(ctx, p); });
-    });
-  }
-
+  void forward_step(const attention_step<T>& s) const;
   template <class T>
-  void backward_step(const attention_step<T>& s) const {
-    detail::with_head_dim(s.shape.head_dim, [&](auto d) {
-      constexpr int D = decltype(d)::value;
-      using cfg = kernels::attention_tile<D, T>;
-      const auto kind = s.params.kind;
-      const auto q_tiles = s.partition->tiles(cfg::rows, query_rows_of(kind));
-      const auto k_tiles = s.partition->tiles(cfg::rows, key_rows_of(kind));
-      auto p = s.params;
-      p.tiles = q_tiles.view();
-      detail::launch_tiles(q_tiles, static_cast<unsigned>(p.heads), cfg::threads, cfg::dq_shared,
-                           launch,
-                           [&](simt::host_context& ctx) { kernels::attention_dq_body<D>(ctx, p); });
-      auto pk = s.params;
-      pk.tiles = k_tiles.view();
-      detail::launch_tiles(
-          k_tiles, static_cast<unsigned>(p.kv_heads), cfg::threads, cfg::dkv_shared, launch,
-          [&](simt::host_context& ctx) { kernels::attention_dkv_body<D>(ctx, pk); });
-    });
-  }
+  void backward_step(const attention_step<T>& s) const;
 };
+
+template <class T>
+void host_attention::forward_step(const attention_step<T>& s) const {
+  detail::with_head_dim(s.shape.head_dim, [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    using cfg = kernels::attention_tile<D, T>;
+    const auto tiles = s.partition->tiles(cfg::rows, query_rows_of(s.params.kind));
+    auto p = s.params;
+    p.tiles = tiles.view();
+    detail::launch_tiles(
+        tiles, static_cast<unsigned>(p.heads), cfg::threads, cfg::forward_shared, launch,
+        [&](simt::host_context& ctx) { kernels::attention_forward_body<D>(ctx, p); });
+  });
+}
+
+template <class T>
+void host_attention::backward_step(const attention_step<T>& s) const {
+  detail::with_head_dim(s.shape.head_dim, [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    using cfg = kernels::attention_tile<D, T>;
+    const auto kind = s.params.kind;
+    const auto q_tiles = s.partition->tiles(cfg::rows, query_rows_of(kind));
+    const auto k_tiles = s.partition->tiles(cfg::rows, key_rows_of(kind));
+    auto p = s.params;
+    p.tiles = q_tiles.view();
+    detail::launch_tiles(q_tiles, static_cast<unsigned>(p.heads), cfg::threads, cfg::dq_shared,
+                         launch,
+                         [&](simt::host_context& ctx) { kernels::attention_dq_body<D>(ctx, p); });
+    auto pk = s.params;
+    pk.tiles = k_tiles.view();
+    detail::launch_tiles(k_tiles, static_cast<unsigned>(p.kv_heads), cfg::threads, cfg::dkv_shared,
+                         launch,
+                         [&](simt::host_context& ctx) { kernels::attention_dkv_body<D>(ctx, pk); });
+  });
+}
+
+#if defined(DCPP_HOST_ATTENTION_PRECOMPILED)
+extern template void host_attention::forward_step<float>(const attention_step<float>&) const;
+extern template void host_attention::forward_step<half>(const attention_step<half>&) const;
+extern template void host_attention::forward_step<bfloat16>(const attention_step<bfloat16>&) const;
+extern template void host_attention::backward_step<float>(const attention_step<float>&) const;
+extern template void host_attention::backward_step<half>(const attention_step<half>&) const;
+extern template void host_attention::backward_step<bfloat16>(const attention_step<bfloat16>&) const;
+#endif
 
 static_assert(attention_policy<host_attention, float>);
 
