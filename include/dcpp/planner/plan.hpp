@@ -79,7 +79,6 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
   const std::size_t levels = pr.cp_sizes.size();
   pr.costs.clear();
   pr.cost_row.clear();
-  pr.level_of_cp.clear();
   if (levels == 0 || pr.size() == 0)
     return;
   // rows by first occurrence of each length (open addressing on the length)
@@ -103,9 +102,6 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
     }
     rows[s] = slot_row[h];
   }
-  pr.level_of_cp.assign(static_cast<std::size_t>(pr.cp_sizes.back()) + 1, -1);
-  for (std::size_t l = 0; l < levels; ++l)
-    pr.level_of_cp[static_cast<std::size_t>(pr.cp_sizes[l])] = static_cast<std::int32_t>(l);
   pr.costs.assign(row_sample.size() * levels, std::numeric_limits<double>::quiet_NaN());
   for (std::size_t r = 0; r < row_sample.size(); ++r) {
     const std::size_t s = row_sample[r];

@@ -176,13 +176,7 @@ public:
         budget_(pr.options.max_tokens_per_rank),
         improve_candidates_(policy.improvement_candidates >= 0 ? policy.improvement_candidates
                             : std::int64_t{n_} * world_ < policy.wide_search_limit ? 64
-                                                                                   : 8) {
-    const std::int32_t largest = pr.cp_sizes.empty() ? 0 : pr.cp_sizes.back();
-    level_index_.resize(static_cast<std::size_t>(largest) + 1);
-    for (std::int32_t cp = 0; cp <= largest; ++cp)
-      level_index_[static_cast<std::size_t>(cp)] = static_cast<std::size_t>(
-          std::lower_bound(pr.cp_sizes.begin(), pr.cp_sizes.end(), cp) - pr.cp_sizes.begin());
-  }
+                                                                                   : 8) {}
 
   plan run(const bucket_list& buckets) {
     choose_cp_sizes();
@@ -289,9 +283,11 @@ private:
     return out;
   }
 
-  //! Index of the first legal size >= cp (of cp itself for a legal size), from a table.
+  //! Index of a legal size in pr.cp_sizes (every size the engine uses is legal).
   [[nodiscard]] std::size_t level_of(std::int32_t cp) const {
-    return level_index_[static_cast<std::size_t>(cp)];
+    const std::int32_t level = pr_.level_of_cp[static_cast<std::size_t>(cp)];
+    DCPP_EXPECTS(level >= 0);
+    return static_cast<std::size_t>(level);
   }
   [[nodiscard]] double cost(std::int32_t s, std::int32_t cp) const {
     return sample_cost(pr_, estimator_, static_cast<std::size_t>(s), cp);
@@ -484,7 +480,9 @@ private:
       by_slack_[level_of(g.cp)].emplace(-slack(id), id);
   }
 
-  void insert(std::int32_t id, std::int32_t s) {
+  //! Puts sample s into group id at the group's size; the group's load and index are left to
+  //! the caller. Returns the sample's cost there.
+  double attach(std::int32_t id, std::int32_t s) {
     group& g = groups_[static_cast<std::size_t>(id)];
     const auto us = static_cast<std::size_t>(s);
     cp_[us] = g.cp;
@@ -492,7 +490,12 @@ private:
     g.samples.push_back(s);
     g.tokens += tokens(s, g.cp);
     group_of_[us] = id;
-    set_load(id, g.load + cost_[us]);
+    return cost_[us];
+  }
+
+  void insert(std::int32_t id, std::int32_t s) {
+    const double w = attach(id, s);
+    set_load(id, groups_[static_cast<std::size_t>(id)].load + w);
   }
 
   void erase(std::int32_t id, std::int32_t s) {
@@ -529,17 +532,9 @@ private:
       for (const auto& g : p.microbatches[m].groups) {
         const std::int32_t id = open(static_cast<std::int32_t>(m), g.first_rank, g.cp);
         // the samples first, the group's key in the index once (as `insert` would leave it)
-        group& gr = groups_[static_cast<std::size_t>(id)];
         double load = 0;
-        for (const std::int32_t s : g.samples) {
-          const auto us = static_cast<std::size_t>(s);
-          cp_[us] = g.cp;
-          cost_[us] = cost(s, g.cp);
-          gr.samples.push_back(s);
-          gr.tokens += tokens(s, g.cp);
-          group_of_[us] = id;
-          load += cost_[us];
-        }
+        for (const std::int32_t s : g.samples)
+          load += attach(id, s);
         set_load(id, load);
       }
     for (std::int32_t m = 0; m < k_; ++m)
@@ -1045,7 +1040,6 @@ private:
   std::int32_t world_;
   std::int64_t budget_;
   std::int32_t improve_candidates_;
-  std::vector<std::size_t> level_index_; // cp -> level_of(cp)
   std::int32_t k_ = 0;
   double target_ = 0;
   double eps_ = 0;
