@@ -37,7 +37,7 @@
 namespace {
 
 using namespace trainer;
-using dcpp::detail::cuda_call;
+using dcpp::detail::cuda_check;
 using dcpp::detail::device_array;
 
 //! A device array that grows to the largest size asked for (reused across micro-batches).
@@ -52,7 +52,7 @@ template <class T>
 void upload(device_array<T>& a, std::span<const T> host, cudaStream_t stream) {
   room(a, host.size());
   if (!host.empty())
-    cuda_call(
+    cuda_check(
         cudaMemcpyAsync(a.data(), host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream),
         "cudaMemcpyAsync (upload)");
 }
@@ -78,24 +78,20 @@ struct workspace {
   device_array<std::int64_t> counts;
 };
 
-void check(cudaError_t e, const char* what) {
-  cuda_call(e, what);
-}
-
 // Y[n x m] (+)= X[n x k] W[k x m]
 void mm(const float* x, const float* w, float* y, std::int64_t n, int k, int m, bool acc,
         cudaStream_t s) {
-  check(trainer::gemm({x, k, 1, w, m, 1, y, n, m, k, acc}, s), "gemm");
+  cuda_check(trainer::gemm({x, k, 1, w, m, 1, y, n, m, k, acc}, s), "gemm");
 }
 // dX[n x k] (+)= dY[n x m] W^T
 void mm_dx(const float* dy, const float* w, float* dx, std::int64_t n, int k, int m, bool acc,
            cudaStream_t s) {
-  check(trainer::gemm({dy, m, 1, w, 1, m, dx, n, k, m, acc}, s), "gemm (dx)");
+  cuda_check(trainer::gemm({dy, m, 1, w, 1, m, dx, n, k, m, acc}, s), "gemm (dx)");
 }
 // dW[k x m] += X[n x k]^T dY[n x m]
 void mm_dw(const float* x, const float* dy, float* dw, std::int64_t n, int k, int m,
            cudaStream_t s) {
-  check(trainer::gemm({x, 1, k, dy, m, 1, dw, k, m, n, true}, s), "gemm (dw)");
+  cuda_check(trainer::gemm({x, 1, k, dy, m, 1, dw, k, m, n, true}, s), "gemm (dw)");
 }
 
 struct microbatch_result {
@@ -119,7 +115,8 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
 
   // ---- forward ----
   float* x0 = room(ws.x0, nd);
-  check(trainer::embed(model.weight(p.embed), ws.ids.data(), x0, n, vocab, dim, stream), "embed");
+  cuda_check(trainer::embed(model.weight(p.embed), ws.ids.data(), x0, n, vocab, dim, stream),
+             "embed");
   // [gpu-conv-halo]
   // conv1d: the halo rows come from their owners over NCCL
   const auto conv_layout = dcpp::conv1d_layout::from_thd(layout, width);
@@ -137,9 +134,9 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
   cp.halo_x = halo_x, cp.y = room(ws.c, nd), cp.tokens = n, cp.channels = dim, cp.silu = true;
   cp.seg = {ws.begin.data(), ws.position.data(), ws.length.data(), ws.halo_index.data(),
             conv_layout.segments()};
-  check(dcpp::kernels::conv1d_forward<width, float>(cp, stream), "conv1d_forward");
+  cuda_check(dcpp::kernels::conv1d_forward<width, float>(cp, stream), "conv1d_forward");
   float* x1 = room(ws.x1, nd);
-  check(trainer::add(x0, cp.y, x1, static_cast<std::int64_t>(nd), stream), "add");
+  cuda_check(trainer::add(x0, cp.y, x1, static_cast<std::int64_t>(nd), stream), "add");
   // [gpu-attention]
   // attention through the device ring
   const auto part = dcpp::ring_partition::from(layout);
@@ -153,21 +150,21 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
   ring.forward(q, k, v, o, lse);
   // [gpu-attention]
   float* x2 = room(ws.x2, nd);
-  check(cudaMemcpyAsync(x2, x1, nd * sizeof(float), cudaMemcpyDeviceToDevice, stream), "copy");
+  cuda_check(cudaMemcpyAsync(x2, x1, nd * sizeof(float), cudaMemcpyDeviceToDevice, stream), "copy");
   mm(o, model.weight(p.wo), x2, n, dim, dim, true, stream); // x2 = x1 + o Wo
   // MLP
   float *u = room(ws.u, nh), *h = room(ws.h, nh), *x3 = room(ws.x3, nd);
   mm(x2, model.weight(p.w1), u, n, dim, hidden, false, stream);
-  check(trainer::relu(u, h, static_cast<std::int64_t>(nh), stream), "relu");
-  check(cudaMemcpyAsync(x3, x2, nd * sizeof(float), cudaMemcpyDeviceToDevice, stream), "copy");
+  cuda_check(trainer::relu(u, h, static_cast<std::int64_t>(nh), stream), "relu");
+  cuda_check(cudaMemcpyAsync(x3, x2, nd * sizeof(float), cudaMemcpyDeviceToDevice, stream), "copy");
   mm(h, model.weight(p.w2), x3, n, hidden, dim, true, stream); // x3 = x2 + h W2
   // output projection, cross-entropy and the loss-token reduction
   float *logits = room(ws.logits, N * vocab), *loss = room(ws.loss, N),
         *dlogits = room(ws.dlogits, N * vocab);
   mm(x3, model.weight(p.out), logits, n, dim, vocab, false, stream);
-  check(trainer::cross_entropy(logits, ws.labels.data(), ws.mask.data(), scale, loss, dlogits, n,
-                               vocab, stream),
-        "cross_entropy");
+  cuda_check(trainer::cross_entropy(logits, ws.labels.data(), ws.mask.data(), scale, loss, dlogits,
+                                    n, vocab, stream),
+             "cross_entropy");
   const int sequences = static_cast<int>(layout.cu_seqlens_padded.size()) - 1;
   std::vector<std::int32_t> local_cu(layout.cu_seqlens_padded.size());
   for (std::size_t s = 0; s < local_cu.size(); ++s)
@@ -183,7 +180,7 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
                                                        room(ws.sums, local_cu.size()),
                                                        room(ws.counts, local_cu.size()),
                                                        room(ws.totals, 2)};
-  check(dcpp::kernels::token_reduce(tr, stream), "token_reduce");
+  cuda_check(dcpp::kernels::token_reduce(tr, stream), "token_reduce");
 
   // ---- backward ----
   float *dx3 = room(ws.dx3, nd), *dh = room(ws.dh, nh), *dx2 = room(ws.dx2, nd);
@@ -191,9 +188,10 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
   mm_dx(dlogits, model.weight(p.out), dx3, n, dim, vocab, false, stream);
   mm_dw(h, dx3, model.grad(p.w2), n, hidden, dim, stream);
   mm_dx(dx3, model.weight(p.w2), dh, n, hidden, dim, false, stream);
-  check(trainer::relu_grad(u, dh, static_cast<std::int64_t>(nh), stream), "relu_grad");
+  cuda_check(trainer::relu_grad(u, dh, static_cast<std::int64_t>(nh), stream), "relu_grad");
   mm_dw(x2, dh, model.grad(p.w1), n, dim, hidden, stream);
-  check(cudaMemcpyAsync(dx2, dx3, nd * sizeof(float), cudaMemcpyDeviceToDevice, stream), "copy");
+  cuda_check(cudaMemcpyAsync(dx2, dx3, nd * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+             "copy");
   mm_dx(dh, model.weight(p.w1), dx2, n, dim, hidden, true, stream); // residual + MLP
   float *dout = room(ws.dout, nd), *dq = room(ws.dq, nd), *dk = room(ws.dk, nd),
         *dv = room(ws.dv, nd);
@@ -201,7 +199,8 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
   mm_dx(dx2, model.weight(p.wo), dout, n, dim, dim, false, stream);
   ring.backward(q, k, v, o, lse, dout, dq, dk, dv);
   float* dx1 = room(ws.dx1, nd);
-  check(cudaMemcpyAsync(dx1, dx2, nd * sizeof(float), cudaMemcpyDeviceToDevice, stream), "copy");
+  cuda_check(cudaMemcpyAsync(dx1, dx2, nd * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+             "copy");
   mm_dw(x1, dq, model.grad(p.wq), n, dim, dim, stream);
   mm_dw(x1, dk, model.grad(p.wk), n, dim, dim, stream);
   mm_dw(x1, dv, model.grad(p.wv), n, dim, dim, stream);
@@ -214,14 +213,17 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
   cp.dweight = room(ws.dw, static_cast<std::size_t>(dim) * width), cp.dbias = room(ws.db, dim);
   cp.partial = room(ws.partial,
                     dcpp::kernels::conv1d_backward_workspace_bytes(n, dim, width) / sizeof(float));
-  check(dcpp::kernels::conv1d_halo_gradients<width, float>(cp, stream), "conv1d_halo_gradients");
+  cuda_check(dcpp::kernels::conv1d_halo_gradients<width, float>(cp, stream),
+             "conv1d_halo_gradients");
   halo.collect(cp.halo_dx, cp);
-  check(dcpp::kernels::conv1d_backward<width, float>(cp, stream), "conv1d_backward");
-  check(trainer::add(model.grad(p.conv_w), cp.dweight, model.grad(p.conv_w), dim * width, stream),
-        "add");
-  check(trainer::add(model.grad(p.conv_b), cp.dbias, model.grad(p.conv_b), dim, stream), "add");
+  cuda_check(dcpp::kernels::conv1d_backward<width, float>(cp, stream), "conv1d_backward");
+  cuda_check(
+      trainer::add(model.grad(p.conv_w), cp.dweight, model.grad(p.conv_w), dim * width, stream),
+      "add");
+  cuda_check(trainer::add(model.grad(p.conv_b), cp.dbias, model.grad(p.conv_b), dim, stream),
+             "add");
   // embedding: sum the real tokens' gradients per vocabulary row, in token order
-  check(trainer::add(dx1, cp.dx, dx1, static_cast<std::int64_t>(nd), stream), "add");
+  cuda_check(trainer::add(dx1, cp.dx, dx1, static_cast<std::int64_t>(nd), stream), "add");
   const auto& ids = batch.template get<dcpp::fields::token_ids>();
   std::vector<std::int64_t> offsets(vocab + 1, 0), sources;
   for (std::size_t i = 0; i < N; ++i)
@@ -237,23 +239,24 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
           static_cast<std::int64_t>(i);
   upload(ws.embed_offsets, std::span<const std::int64_t>(offsets), stream);
   upload(ws.embed_sources, std::span<const std::int64_t>(sources), stream);
-  check(dcpp::kernels::row_gather_sum(dx1, ws.embed_offsets.data(), ws.embed_sources.data(),
-                                      model.grad(p.embed), vocab, dim, true, stream),
-        "row_gather_sum (embedding)");
+  cuda_check(dcpp::kernels::row_gather_sum(dx1, ws.embed_offsets.data(), ws.embed_sources.data(),
+                                           model.grad(p.embed), vocab, dim, true, stream),
+             "row_gather_sum (embedding)");
 
   double totals[2] = {0, 0};
-  check(cudaMemcpyAsync(totals, ws.totals.data(), sizeof(totals), cudaMemcpyDeviceToHost, stream),
-        "cudaMemcpyAsync (loss totals)");
+  cuda_check(
+      cudaMemcpyAsync(totals, ws.totals.data(), sizeof(totals), cudaMemcpyDeviceToHost, stream),
+      "cudaMemcpyAsync (loss totals)");
   // The host vectors uploaded above and the ring/halo objects live until here: wait for the
   // micro-batch before they go.
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   return {totals[0], totals[1]};
 }
 
 //! The device of this process: the local rank (Open MPI, MPICH or Slurm) modulo the devices.
 int pick_device(int world_rank) {
   int count = 0;
-  check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  cuda_check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
   int local = world_rank;
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
     if (const char* value = std::getenv(name); value != nullptr) {
@@ -289,10 +292,10 @@ int main(int argc, char** argv) {
     return 77;
   }
   try {
-    check(cudaSetDevice(pick_device(world.rank())), "cudaSetDevice");
+    cuda_check(cudaSetDevice(pick_device(world.rank())), "cudaSetDevice");
     cudaStream_t compute = nullptr, transfer = nullptr;
-    check(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), "cudaStreamCreate");
-    check(cudaStreamCreateWithFlags(&transfer, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_check(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_check(cudaStreamCreateWithFlags(&transfer, cudaStreamNonBlocking), "cudaStreamCreate");
     auto nccl = dcpp::nccl_communicator::bootstrap(world, transfer);
     dcpp::detail::stream_order order;
 
@@ -316,7 +319,7 @@ int main(int argc, char** argv) {
       const auto scale = static_cast<float>(counted.gradient_scale[0]);
 
       auto router = dcpp::plan_step(planner, world, shard);
-      check(cudaMemsetAsync(model.g.data(), 0, host.total * sizeof(float), compute), "memset");
+      cuda_check(cudaMemsetAsync(model.g.data(), 0, host.total * sizeof(float), compute), "memset");
       double loss_sum = 0, loss_count = 0;
       std::int64_t tokens = 0;
       // [gpu-step]
@@ -332,11 +335,11 @@ int main(int argc, char** argv) {
       order(compute, transfer); // every micro-batch's gradients are in before the all-reduce
       nccl.all_reduce(std::span<float>(model.g.data(), host.total), dcpp::reduce_op::sum);
       order(transfer, compute);
-      check(trainer::sgd(model.w.data(), model.g.data(), model.v.data(),
-                         static_cast<std::int64_t>(host.total), static_cast<float>(o.lr),
-                         static_cast<float>(o.momentum), compute),
-            "sgd");
-      check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+      cuda_check(trainer::sgd(model.w.data(), model.g.data(), model.v.data(),
+                              static_cast<std::int64_t>(host.total), static_cast<float>(o.lr),
+                              static_cast<float>(o.momentum), compute),
+                 "sgd");
+      cuda_check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
       // [gpu-step]
 
       const std::vector<double> totals{loss_sum, loss_count};
@@ -351,9 +354,9 @@ int main(int argc, char** argv) {
       world.all_reduce(std::span<double>(tok), dcpp::reduce_op::sum);
       report.step(step, mean.mean[0], mean.counts[0], tok[0], seconds, router.get_plan());
     }
-    check(cudaMemcpy(host.data.data(), model.w.data(), host.total * sizeof(float),
-                     cudaMemcpyDeviceToHost),
-          "cudaMemcpy (weights)");
+    cuda_check(cudaMemcpy(host.data.data(), model.w.data(), host.total * sizeof(float),
+                          cudaMemcpyDeviceToHost),
+               "cudaMemcpy (weights)");
     report.finish(host.data);
     return 0;
   } catch (const dcpp::error& e) {

@@ -116,12 +116,9 @@ public:
     offsets_ = detail::device_array<std::int32_t>(part.offsets());
     for (int r = 0; r < part.cp(); ++r)
       real_.emplace_back(part.real_of(r));
-    detail::attention_cuda_check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming),
-                                 "cudaEventCreate");
   }
   cuda_ring_attention(const cuda_ring_attention&) = delete;
   cuda_ring_attention& operator=(const cuda_ring_attention&) = delete;
-  ~cuda_ring_attention() { cudaEventDestroy(ready_); }
 
   //! o (like q) and lse [tokens, heads] from q, k, v; enqueued on the compute stream.
   void forward(const T* q, const T* k, const T* v, T* o, float* lse) {
@@ -223,9 +220,7 @@ private:
                                           int tag) {
     if (!run)
       return std::nullopt;
-    detail::attention_cuda_check(cudaEventRecord(ready_, stream_), "cudaEventRecord");
-    detail::attention_cuda_check(cudaStreamWaitEvent(comm_.stream(), ready_, 0),
-                                 "cudaStreamWaitEvent");
+    ready_(stream_, comm_.stream());
     const int cp = part_.cp(), rank = part_.rank();
     return comm_.exchange(std::span<const E>(send, static_cast<std::size_t>(n)), (rank + 1) % cp,
                           std::span<E>(recv, static_cast<std::size_t>(n)), (rank - 1 + cp) % cp,
@@ -283,7 +278,7 @@ private:
   std::vector<detail::device_array<std::int32_t>> real_;
   detail::device_array<T> kv_[2];
   detail::device_array<float> o_acc_, o_part_, lse_part_, dq_acc_, dsum_, dkv_[2];
-  cudaEvent_t ready_ = nullptr;
+  detail::stream_order ready_; // the compute stream is past the buffer a transfer overwrites
 };
 
 } // namespace dcpp

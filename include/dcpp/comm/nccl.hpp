@@ -20,23 +20,12 @@
 #include <fmt/format.h>
 
 #include "dcpp/comm/communicator.hpp"
+#include "dcpp/core/cuda_memory.hpp" // cuda_check, where
 #include "dcpp/error.hpp"
 
 namespace dcpp {
 
 namespace detail {
-
-inline std::string where(const std::source_location& at) {
-  return fmt::format("{}:{}", at.file_name(), at.line());
-}
-
-inline void cuda_check(cudaError_t rc, const char* call,
-                       std::source_location at = std::source_location::current()) {
-  if (rc != cudaSuccess)
-    throw error(status_code::communication_error,
-                fmt::format("{} failed: {} ({}) at {}", call, cudaGetErrorString(rc),
-                            static_cast<int>(rc), where(at)));
-}
 
 inline void nccl_check(ncclResult_t rc, const char* call,
                        std::source_location at = std::source_location::current()) {

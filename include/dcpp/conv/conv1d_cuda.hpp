@@ -50,15 +50,15 @@ public:
       send_ = detail::device_array<T>(r.send_rows.size() * w);
     if (received_.size() < static_cast<std::size_t>(r.received_rows()) * w)
       received_ = detail::device_array<T>(static_cast<std::size_t>(r.received_rows()) * w);
-    detail::cuda_call(kernels::partition_gather<T>(x, send_rows_.data(), send_.data(),
-                                                   static_cast<std::int64_t>(r.send_rows.size()),
-                                                   channels_, from_float<T>(0.0f), stream_),
-                      "conv1d halo: pack");
+    detail::cuda_check(kernels::partition_gather<T>(x, send_rows_.data(), send_.data(),
+                                                    static_cast<std::int64_t>(r.send_rows.size()),
+                                                    channels_, from_float<T>(0.0f), stream_),
+                       "conv1d halo: pack");
     transfer(send_.data(), r.send_counts, received_.data(), r.recv_counts);
-    detail::cuda_call(kernels::partition_gather<T>(received_.data(), halo_sources_.data(), halo,
-                                                   r.halo_rows, channels_, from_float<T>(0.0f),
-                                                   stream_),
-                      "conv1d halo: unpack");
+    detail::cuda_check(kernels::partition_gather<T>(received_.data(), halo_sources_.data(), halo,
+                                                    r.halo_rows, channels_, from_float<T>(0.0f),
+                                                    stream_),
+                       "conv1d halo: unpack");
   }
 
   //! Backward (collective over the group): sends `halo_dx` [halo_rows, channels] (fp32, from
@@ -75,17 +75,17 @@ public:
       grad_received_ = detail::device_array<float>(received_rows * w);
     if (incoming_.size() < r.incoming_rows.size() * w)
       incoming_ = detail::device_array<float>(r.incoming_rows.size() * w);
-    detail::cuda_call(
+    detail::cuda_check(
         kernels::partition_gather<float>(halo_dx, grad_send_rows_.data(), grad_send_.data(),
                                          static_cast<std::int64_t>(r.grad_send_rows.size()),
                                          channels_, 0.0f, stream_),
         "conv1d halo gradients: pack");
     transfer(grad_send_.data(), r.grad_send_counts, grad_received_.data(), r.grad_recv_counts);
-    detail::cuda_call(kernels::row_gather_sum(grad_received_.data(), incoming_offsets_.data(),
-                                              incoming_sources_.data(), incoming_.data(),
-                                              static_cast<std::int64_t>(r.incoming_rows.size()),
-                                              channels_, false, stream_),
-                      "conv1d halo gradients: sum");
+    detail::cuda_check(kernels::row_gather_sum(grad_received_.data(), incoming_offsets_.data(),
+                                               incoming_sources_.data(), incoming_.data(),
+                                               static_cast<std::int64_t>(r.incoming_rows.size()),
+                                               channels_, false, stream_),
+                       "conv1d halo gradients: sum");
     p.incoming_rows = incoming_rows_.data();
     p.incoming = incoming_.data();
     p.incoming_count = static_cast<std::int64_t>(r.incoming_rows.size());

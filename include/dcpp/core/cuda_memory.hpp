@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <source_location>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -15,10 +17,17 @@
 
 namespace dcpp::detail {
 
-inline void cuda_call(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
+inline std::string where(const std::source_location& at) {
+  return fmt::format("{}:{}", at.file_name(), at.line());
+}
+
+//! Throws dcpp::error naming the call, CUDA's message and code, and the caller's place.
+inline void cuda_check(cudaError_t rc, const char* call,
+                       std::source_location at = std::source_location::current()) {
+  if (rc != cudaSuccess)
     throw error(status_code::communication_error,
-                fmt::format("{} failed: {}", what, cudaGetErrorString(e)));
+                fmt::format("{} failed: {} ({}) at {}", call, cudaGetErrorString(rc),
+                            static_cast<int>(rc), where(at)));
 }
 
 //! A device array (cudaMalloc / cudaFree); size 0 holds no allocation.
@@ -28,12 +37,12 @@ public:
   device_array() = default;
   explicit device_array(std::size_t n) : n_(n) {
     if (n > 0)
-      cuda_call(cudaMalloc(reinterpret_cast<void**>(&data_), n * sizeof(T)), "cudaMalloc");
+      cuda_check(cudaMalloc(reinterpret_cast<void**>(&data_), n * sizeof(T)), "cudaMalloc");
   }
   explicit device_array(const std::vector<T>& host) : device_array(host.size()) {
     if (n_ > 0)
-      cuda_call(cudaMemcpy(data_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice),
-                "cudaMemcpy (upload)");
+      cuda_check(cudaMemcpy(data_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice),
+                 "cudaMemcpy (upload)");
   }
   device_array(device_array&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)) {}
@@ -60,7 +69,7 @@ private:
 class stream_order {
 public:
   stream_order() {
-    cuda_call(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
   }
   stream_order(const stream_order&) = delete;
   stream_order& operator=(const stream_order&) = delete;
@@ -69,8 +78,8 @@ public:
   void operator()(cudaStream_t before, cudaStream_t after) {
     if (before == after)
       return;
-    cuda_call(cudaEventRecord(event_, before), "cudaEventRecord");
-    cuda_call(cudaStreamWaitEvent(after, event_, 0), "cudaStreamWaitEvent");
+    cuda_check(cudaEventRecord(event_, before), "cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(after, event_, 0), "cudaStreamWaitEvent");
   }
 
 private:
