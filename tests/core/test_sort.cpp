@@ -2,9 +2,11 @@
 #include "../support.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -40,6 +42,66 @@ TEST_CASE("sort_ids_by_key: the order of a stable sort by the key, ties by id") 
       return std::pair(-a[u], -b[u]);
     });
     CHECK(ids == expect);
+  }
+}
+
+TEST_CASE("sort_ids_by_key: bucket path equals a comparison sort on awkward keys") {
+  // above the bucket path's threshold: ties, signed values, -0.0 next to +0.0, wide and narrow
+  // ranges, a constant leading field, ids given in ascending and in shuffled order
+  dcpp::workload::rng r(11);
+  for (const std::size_t n : {256U, 257U, 1000U, 4099U, 20000U}) {
+    for (int shape = 0; shape < 4; ++shape) {
+      CAPTURE(n);
+      CAPTURE(shape);
+      std::vector<double> a(n);
+      std::vector<std::int64_t> b(n);
+      std::vector<std::int32_t> c(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        switch (shape) {
+        case 0: // doubles of both signs, zeros of both signs
+          a[i] = static_cast<double>(r.uniform_int(-3, 3)) * (r.uniform() < 0.5 ? 0.0 : 1.5);
+          if (a[i] == 0.0 && r.uniform() < 0.5)
+            a[i] = -0.0;
+          break;
+        case 1: // one binade, full mantissa noise
+          a[i] = 1.0 + r.uniform();
+          break;
+        case 2: // wide range
+          a[i] = std::ldexp(r.uniform(), static_cast<int>(r.uniform_int(-600, 600)));
+          break;
+        default: // constant
+          a[i] = 2.5;
+        }
+        b[i] = r.uniform_int(-(std::int64_t{1} << 40), std::int64_t{1} << 40) / (shape + 1);
+        c[i] = static_cast<std::int32_t>(r.uniform_int(-2, 2));
+      }
+      std::vector<std::int32_t> ids(n);
+      std::iota(ids.begin(), ids.end(), 0);
+      if (n % 2 == 1)
+        for (std::size_t i = n; i > 1; --i)
+          std::swap(
+              ids[i - 1],
+              ids[static_cast<std::size_t>(r.uniform_int(0, static_cast<std::int64_t>(i) - 1))]);
+      const auto key = [&](std::int32_t id) {
+        const auto u = static_cast<std::size_t>(id);
+        return std::tuple(c[u], -a[u], b[u]);
+      };
+      std::vector<std::int32_t> expect = ids;
+      std::sort(expect.begin(), expect.end(), [&](std::int32_t x, std::int32_t y) {
+        return std::pair(key(x), x) < std::pair(key(y), y);
+      });
+      dcpp::sort_ids_by_key(ids, key);
+      CHECK(ids == expect);
+      // a single numeric key
+      std::vector<std::int32_t> ids2(n);
+      std::iota(ids2.begin(), ids2.end(), 0);
+      std::vector<std::int32_t> expect2 = ids2;
+      std::stable_sort(expect2.begin(), expect2.end(), [&](std::int32_t x, std::int32_t y) {
+        return b[static_cast<std::size_t>(x)] < b[static_cast<std::size_t>(y)];
+      });
+      dcpp::sort_ids_by_key(ids2, [&](std::int32_t id) { return b[static_cast<std::size_t>(id)]; });
+      CHECK(ids2 == expect2);
+    }
   }
 }
 

@@ -155,15 +155,11 @@ inline std::int32_t min_microbatches(const problem& pr) {
 //! plus the estimator's micro-batch overhead for the fewest micro-batches any plan needs.
 template <workload_estimator Estimator>
 double lower_bound(const problem& pr, const Estimator& estimator) {
-  double area = 0;
-  double longest = 0;
   const std::size_t levels = pr.cp_sizes.size();
-  for (std::size_t i = 0; i < pr.size(); ++i) {
+  // (least rank area, least time) of sample i over its feasible sizes
+  const auto best_of = [&](std::size_t i, const double* row) {
     double best_area = std::numeric_limits<double>::infinity();
     double best_time = std::numeric_limits<double>::infinity();
-    const double* row = pr.costs.empty()
-                            ? nullptr
-                            : pr.costs.data() + static_cast<std::size_t>(pr.cost_row[i]) * levels;
     for (std::size_t l = 0; l < levels; ++l) {
       const std::int32_t cp = pr.cp_sizes[l];
       if (cp < pr.min_cp_of[i])
@@ -173,8 +169,27 @@ double lower_bound(const problem& pr, const Estimator& estimator) {
       best_area = std::min(best_area, t * cp);
       best_time = std::min(best_time, t);
     }
-    area += best_area;
-    longest = std::max(longest, best_time);
+    return std::pair(best_area, best_time);
+  };
+  double area = 0;
+  double longest = 0;
+  if (pr.costs.empty()) {
+    for (std::size_t i = 0; i < pr.size(); ++i) {
+      const auto [a, t] = best_of(i, nullptr);
+      area += a;
+      longest = std::max(longest, t);
+    }
+  } else {
+    // once per row (samples of one length share it), summed in sample order as above
+    const std::size_t rows = pr.costs.size() / levels;
+    std::vector<std::pair<double, double>> best(rows, {-1.0, 0.0});
+    for (std::size_t i = 0; i < pr.size(); ++i) {
+      const auto row = static_cast<std::size_t>(pr.cost_row[i]);
+      if (best[row].first < 0)
+        best[row] = best_of(i, pr.costs.data() + row * levels);
+      area += best[row].first;
+      longest = std::max(longest, best[row].second);
+    }
   }
   return std::max(area / pr.options.world_size, longest) +
          min_microbatches(pr) * microbatch_overhead(estimator);

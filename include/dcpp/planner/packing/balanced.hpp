@@ -319,7 +319,20 @@ private:
   void choose_cp_sizes() {
     cp_.resize(static_cast<std::size_t>(n_));
     cost_.resize(static_cast<std::size_t>(n_));
+    // samples of one length (one row of the cost table) get the same choice: made once per row
+    std::vector<std::int32_t> first_of_row(
+        pr_.cost_row.empty() ? 0 : pr_.costs.size() / pr_.cp_sizes.size(), -1);
     for (std::int32_t s = 0; s < n_; ++s) {
+      if (!pr_.cost_row.empty()) {
+        auto& first =
+            first_of_row[static_cast<std::size_t>(pr_.cost_row[static_cast<std::size_t>(s)])];
+        if (first >= 0) {
+          cp_[static_cast<std::size_t>(s)] = cp_[static_cast<std::size_t>(first)];
+          cost_[static_cast<std::size_t>(s)] = cost_[static_cast<std::size_t>(first)];
+          continue;
+        }
+        first = s;
+      }
       double best = std::numeric_limits<double>::infinity();
       for (const std::int32_t c : ladder(s)) {
         const double w = cost(s, c);
@@ -402,7 +415,8 @@ private:
   void reset(std::int32_t k) {
     k_ = k;
     groups_.clear();
-    by_level_ = fresh_sets<keyed>(pr_.cp_sizes.size());
+    by_level_.clear();
+    load_indexed_ = false;
     owner_.assign(static_cast<std::size_t>(k) * static_cast<std::size_t>(world_), -1);
     free_.assign(static_cast<std::size_t>(k), world_);
     lowest_free_.assign(static_cast<std::size_t>(k), 0);
@@ -413,7 +427,7 @@ private:
       by_room_.emplace(-world_, m);
     group_of_.assign(static_cast<std::size_t>(n_), -1);
     by_slack_.clear();
-    indexed_ = false;
+    slack_indexed_ = false;
   }
 
   std::int32_t& owner(std::int32_t mb, std::int32_t rank) {
@@ -447,16 +461,18 @@ private:
       ++low;
     set_free(mb, -cp);
     mb_groups_[static_cast<std::size_t>(mb)].push_back(id);
-    by_level_[level_of(cp)].emplace(0.0, id);
-    if (indexed_)
+    if (load_indexed_)
+      by_level_[level_of(cp)].emplace(0.0, id);
+    if (slack_indexed_)
       by_slack_[level_of(cp)].emplace(-slack(id), id);
     return id;
   }
 
   void close(std::int32_t id) {
     group& g = groups_[static_cast<std::size_t>(id)];
-    by_level_[level_of(g.cp)].erase({g.load, id});
-    if (indexed_)
+    if (load_indexed_)
+      by_level_[level_of(g.cp)].erase({g.load, id});
+    if (slack_indexed_)
       by_slack_[level_of(g.cp)].erase({-slack(id), id});
     g.alive = false;
     for (std::int32_t r = g.first; r < g.first + g.cp; ++r)
@@ -470,13 +486,14 @@ private:
 
   void set_load(std::int32_t id, double load) {
     group& g = groups_[static_cast<std::size_t>(id)];
-    auto& level = by_level_[level_of(g.cp)];
-    level.erase({g.load, id});
-    if (indexed_)
+    if (load_indexed_)
+      by_level_[level_of(g.cp)].erase({g.load, id});
+    if (slack_indexed_)
       by_slack_[level_of(g.cp)].erase({-slack(id), id});
     g.load = load;
-    level.emplace(load, id);
-    if (indexed_)
+    if (load_indexed_)
+      by_level_[level_of(g.cp)].emplace(load, id);
+    if (slack_indexed_)
       by_slack_[level_of(g.cp)].emplace(-slack(id), id);
   }
 
@@ -744,6 +761,8 @@ private:
 
   bool build_targeted(std::int32_t k, const std::vector<std::int32_t>& order) {
     reset(k);
+    by_level_ = fresh_sets<keyed>(pr_.cp_sizes.size());
+    load_indexed_ = true;
     for (const std::int32_t s : order)
       if (!place(s))
         return false;
@@ -839,6 +858,8 @@ private:
   }
 
   void build_slack_index() {
+    by_level_.clear(); // placement is over: only the improvement's index is kept up to date
+    load_indexed_ = false;
     for (std::int32_t m = 0; m < k_; ++m)
       refresh_max(m);
     by_slack_ = fresh_sets<keyed>(pr_.cp_sizes.size());
@@ -846,7 +867,7 @@ private:
       if (groups_[id].alive)
         by_slack_[level_of(groups_[id].cp)].emplace(-slack(static_cast<std::int32_t>(id)),
                                                     static_cast<std::int32_t>(id));
-    indexed_ = true;
+    slack_indexed_ = true;
   }
 
   struct action {
@@ -1049,9 +1070,10 @@ private:
   // The ordered indexes allocate one node per entry and are updated for every placement: their
   // nodes come from an arena that lives as long as the engine (no malloc/free per update).
   node_arena arena_;
-  std::vector<pool_set<keyed>> by_level_;
+  std::vector<pool_set<keyed>> by_level_; // (load, group id), while `place` builds (targeted)
+  bool load_indexed_ = false;
   std::vector<pool_set<keyed>> by_slack_; // (-slack, group id), built for the improvement
-  bool indexed_ = false;
+  bool slack_indexed_ = false;
   std::vector<std::int32_t> owner_;       // (mb, rank) -> group id or -1
   std::vector<std::int32_t> free_;        // per mb
   std::vector<std::int32_t> lowest_free_; // per mb: no free rank below this
