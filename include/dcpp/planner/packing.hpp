@@ -84,6 +84,8 @@ public:
   std::int32_t open(std::int32_t first, std::int32_t cp) {
     const auto index = static_cast<std::int32_t>(groups_.size());
     groups_.push_back(group{first, cp, 0, 0.0, {}});
+    // room for a typical group's samples at once (growing from 1 reallocated ~4 times per group)
+    groups_.back().samples.reserve(16);
     for (std::int32_t r = first; r < first + cp; ++r)
       owner_[static_cast<std::size_t>(r)] = index;
     free_ -= cp;

@@ -130,11 +130,15 @@ inline double sample_cost(const problem& pr, const Estimator& estimator, std::si
 //! Sorts groups by first rank and each group's samples ascending: the canonical form that makes
 //! equal plans byte-identical.
 inline void canonicalize(plan& p) {
+  const auto by_first_rank = [](const plan_group& a, const plan_group& b) {
+    return a.first_rank < b.first_rank;
+  };
   for (auto& mb : p.microbatches) {
     for (auto& g : mb.groups)
-      std::sort(g.samples.begin(), g.samples.end());
-    std::sort(mb.groups.begin(), mb.groups.end(),
-              [](const plan_group& a, const plan_group& b) { return a.first_rank < b.first_rank; });
+      if (!std::is_sorted(g.samples.begin(), g.samples.end()))
+        std::sort(g.samples.begin(), g.samples.end());
+    if (!std::is_sorted(mb.groups.begin(), mb.groups.end(), by_first_rank))
+      std::sort(mb.groups.begin(), mb.groups.end(), by_first_rank);
   }
 }
 

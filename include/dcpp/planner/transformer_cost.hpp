@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -81,15 +82,23 @@ public:
   [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const noexcept {
     const double l = static_cast<double>(length);
     const double c = static_cast<double>(cp);
-    const double tokens = l / c;
+    // x / c, as a multiplication by 2^-k when cp = 2^k: the same bits (scaling by a power of two
+    // is exact), a third of the divisions of a planner's cost table
+    const bool power_of_two = cp > 0 && (cp & (cp - 1)) == 0;
+    const double inverse = std::bit_cast<double>(
+        (std::uint64_t{1023} - static_cast<std::uint64_t>(std::countr_zero(
+                                   static_cast<std::uint32_t>(power_of_two ? cp : 1))))
+        << 52);
+    const auto per_rank = [&](double x) { return power_of_two ? x * inverse : x / c; };
+    const double tokens = per_rank(l);
     const double linear = linear_flops_per_token_ * tokens / device_.matmul_flops;
     const double attention_forward =
-        attention_flops_per_token2_ * l * l / c / device_.attention_flops;
+        per_rank(attention_flops_per_token2_ * l * l) / device_.attention_flops;
     const double attention = 3.5 * attention_forward;
     if (cp <= 1)
       return linear + attention;
     // one ring step of one layer: compute of 1/cp of the rank's attention, transfer of one KV block
-    const double step_compute = attention_forward / c / model_.layers;
+    const double step_compute = per_rank(attention_forward) / model_.layers;
     const double step_bytes = kv_bytes_per_token_ * tokens;
     const double forward_step = device_.link_latency + step_bytes / device_.link_bytes_per_second;
     const double backward_step =
