@@ -117,16 +117,28 @@ TEST_CASE("packing: invariants of every policy on 2000 seeded random workloads")
     CAPTURE(o.max_tokens_per_rank);
     const bool megatron_model = trial % 2 == 0;
     auto all = [&](const auto& e) {
+      // the budget-aware bound is a bound: no policy's plan beats it, and it is at least the
+      // DESIGN.md bound
+      const double tight = dcpp::budget_lower_bound(dcpp::make_problem(o, lengths), e);
+      const auto bounded = [&](const dcpp::plan& p) {
+        CHECK(p.metrics.estimated_step_time >= tight * (1 - 1e-9));
+      };
       const auto b = run<dcpp::balanced>(o, lengths, e);
       check_invariants(b, o);
+      bounded(b);
+      CHECK(tight >= b.metrics.lower_bound * (1 - 1e-12));
       const auto m = run<dcpp::megatron_greedy>(o, lengths, e);
       check_invariants(m, o);
-      check_invariants(run<dcpp::uniform_cp>(o, lengths, e), o);
+      bounded(m);
+      const auto u = run<dcpp::uniform_cp>(o, lengths, e);
+      check_invariants(u, o);
+      bounded(u);
       std::optional<dcpp::plan> fixed;
       if (dcpp::planner<std::decay_t<decltype(e)>, dcpp::by_cp_size, dcpp::static_cp>(o, e)
               .can_plan(lengths)) {
         fixed = run<dcpp::static_cp>(o, lengths, e);
         check_invariants(*fixed, o);
+        bounded(*fixed);
       }
       // balanced never loses to megatron_greedy; it uses no more micro-batches than it or the
       // token minimum, plus a quarter when the estimator prices a micro-batch

@@ -89,6 +89,50 @@ TEST_CASE("plan: lower_bound equals a brute-force minimum over every feasible cp
   }
 }
 
+TEST_CASE("plan: budget_lower_bound counts the idle ranks beside a heavy sample") {
+  // 3 ranks, contiguous groups of at most 2, M = 100, length^2/cp: the 200-token sample needs 2
+  // ranks (20000 each); 200 samples of 10 tokens (100 each) fill the third rank with at most 10
+  // samples (1000 of 20000) in that round, and the rest (19000) spread over 3 ranks elsewhere:
+  // 20000 + 19000 / 3. DESIGN.md's bound sees max((40000 + 20000) / 3, 20000) = 20000.
+  auto o = opts(3, 100);
+  o.group_topology = dcpp::topology::contiguous;
+  o.max_cp = 2;
+  std::vector<std::int64_t> lengths(201, 10);
+  lengths[0] = 200;
+  const auto pr = dcpp::make_problem(o, lengths);
+  const dcpp::megatron_cost e;
+  CHECK(dcpp::lower_bound(pr, e) == doctest::Approx(20000.0));
+  CHECK(dcpp::budget_lower_bound(pr, e) == doctest::Approx(20000.0 + 19000.0 / 3));
+  // a plan that reaches it up to the last round's rounding: 20000 + 6 x 1000 + 400
+  dcpp::plan p;
+  p.world_size = 3;
+  p.max_tokens_per_rank = 100;
+  p.lengths = lengths;
+  std::int32_t next = 1;
+  const auto take = [&](std::int32_t count) {
+    std::vector<std::int32_t> ids;
+    for (std::int32_t i = 0; i < count; ++i)
+      ids.push_back(next++);
+    return ids;
+  };
+  p.microbatches.push_back({{{0, 2, {0}}, {2, 1, take(10)}}, 0, 0});
+  for (int round = 0; round < 6; ++round)
+    p.microbatches.push_back({{{0, 1, take(10)}, {1, 1, take(10)}, {2, 1, take(10)}}, 0, 0});
+  p.microbatches.push_back({{{0, 1, take(4)}, {1, 1, take(3)}, {2, 1, take(3)}}, 0, 0});
+  REQUIRE(next == 201);
+  dcpp::evaluate(p, pr, e);
+  CHECK(p.metrics.estimated_step_time == doctest::Approx(26400.0));
+  CHECK(p.metrics.estimated_step_time >= dcpp::budget_lower_bound(pr, e));
+  // without a heavy sample (or when two long samples could share a group) it is lower_bound
+  const std::vector<std::int64_t> light(50, 90);
+  const auto pl = dcpp::make_problem(o, light);
+  CHECK(dcpp::budget_lower_bound(pl, e) == dcpp::lower_bound(pl, e));
+  auto one = opts(1, 100);
+  const std::vector<std::int64_t> shared{40, 40, 40};
+  const auto ps = dcpp::make_problem(one, shared);
+  CHECK(dcpp::budget_lower_bound(ps, e) == dcpp::lower_bound(ps, e));
+}
+
 TEST_CASE("plan: canonical form and hash") {
   auto a = hand_plan();
   auto b = hand_plan();
