@@ -136,7 +136,8 @@ public:
 
 private:
   //! `a < b` as pairs, without branches: the sift loops compare random keys, whose outcomes a
-  //! branch predictor misses half the time (measured: two sifts per placement took ~190 cycles).
+  //! branch predictor often misses (measured: the levelled construction's heap updates at 4,096
+  //! samples on 64 ranks 784 -> 735 kcycles; the rest is the sift's data movement).
   static bool before(const entry& a, const entry& b) noexcept {
     return (a.first < b.first) | ((a.first == b.first) & (a.second < b.second));
   }
@@ -1065,6 +1066,7 @@ private:
       list.back().samples.reserve(g.samples.size());
     }
     for (std::int32_t s = 0; s < n_; ++s) {
+      DCPP_EXPECTS(group_of_[static_cast<std::size_t>(s)] >= 0); // every sample has a group
       const auto id = static_cast<std::size_t>(group_of_[static_cast<std::size_t>(s)]);
       p.microbatches[static_cast<std::size_t>(groups_[id].mb)].groups[slot[id]].samples.push_back(
           s);
