@@ -158,8 +158,10 @@ int main(int argc, char** argv) {
     const named_estimator estimator = parse_estimator(estimator_spec);
 
     std::vector<outcome> outcomes;
+    double budget_bound = 0; // dcpp::budget_lower_bound, outside the planning time
     std::visit(
         [&](const auto& e) {
+          budget_bound = dcpp::budget_lower_bound(dcpp::make_problem(options, batch.lengths), e);
           const dcpp::static_cp fixed{static_cp_size};
           dcpp::balanced tuned;
           tuned.extra_microbatches = extra_microbatches;
@@ -215,6 +217,10 @@ int main(int argc, char** argv) {
                  p.metrics.estimated_step_time, p.metrics.efficiency, p.microbatches.size());
     else
       fmt::print("{}", p);
+    if (!quiet && budget_bound > p.metrics.lower_bound * (1 + 1e-12))
+      fmt::print("  the token budget raises the lower bound to {:.6g}: no plan can exceed "
+                 "efficiency {:.4f} on this batch\n",
+                 budget_bound, p.metrics.lower_bound / budget_bound);
     if (compare)
       print_compare(outcomes);
     if (json_out.is_open()) {

@@ -117,6 +117,27 @@ TEST_CASE("dcpp-plan: the demo workload gives a table, a valid plan file and a p
   CHECK(slurp(svg).find("</svg>") != std::string::npos);
 }
 
+TEST_CASE("dcpp-plan: says when the token budget caps the efficiency any plan can reach") {
+  // 3 ranks, groups of at most 2, M = 100: the 200-token sample holds a round of its own whose
+  // third rank takes at most 100 tokens of the 10-token samples (budget_lower_bound's case in
+  // tests/planner/test_plan.cpp): bound 20000 + 19000 / 3, ceiling 20000 / 26333.3 = 0.7595
+  std::string text = "200\n";
+  for (int i = 0; i < 200; ++i)
+    text += "10\n";
+  const auto capped = run("- --world-size 3 --max-tokens-per-rank 100 --topology contiguous "
+                          "--max-cp 2 --estimator megatron",
+                          text);
+  CAPTURE(capped.err);
+  CHECK(capped.status == 0);
+  CHECK(capped.out.find("the token budget raises the lower bound to 26333.3: no plan can exceed "
+                        "efficiency 0.7595") != std::string::npos);
+  // without such a sample the line is absent
+  const auto plain =
+      run("- --world-size 3 --max-tokens-per-rank 100 --estimator megatron", "10\n20\n30\n");
+  CHECK(plain.status == 0);
+  CHECK(plain.out.find("token budget raises") == std::string::npos);
+}
+
 TEST_CASE("dcpp-plan: same inputs, same bytes, whatever the flag order") {
   const fs::path in = write("mix.txt", "# mix\n100\n60000\n3000\n5000\n12000\n800\n800\n31000\n");
   const fs::path a = scratch() / "a.json";
