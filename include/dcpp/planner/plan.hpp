@@ -204,9 +204,9 @@ double lower_bound(const problem& pr, const Estimator& estimator) {
 //! Heavy samples (smallest legal CP size above half the world, and more than half the budget
 //! per rank even on the largest legal group) cannot share a round: not in two groups (too many
 //! ranks) nor in one (too many tokens). So each holds a round of time >= its cost `w_h` on all
-//! N ranks. The other N - c_h ranks of that round
-//! can only be filled by light samples whose rank-tokens fit their (N - c_h) * M budget, and a
-//! light sample there takes at most its least rank area out of the other rounds. So, with
+//! N ranks. The other N - c_h ranks of that round can only be filled by light samples whose
+//! rank-tokens fit their (N - c_h) * M budget, and a light sample there takes at most its least
+//! rank area out of the other rounds. So, with
 //! `A_light` the least areas of the light samples and `KS(C)` the most least-area that light
 //! samples of at most C rank-tokens carry (fractional knapsack, least rank-tokens per sample):
 //!   N * sum_k T_k >= sum_h N w_h + A_light - min(KS(sum_h (N - c_h) M), sum_h (N - c_h) w_h)
@@ -215,24 +215,21 @@ double lower_bound(const problem& pr, const Estimator& estimator) {
 //! heavy samples) rounds of overhead. Without heavy samples it equals `lower_bound`.
 template <workload_estimator Estimator>
 double budget_lower_bound(const problem& pr, const Estimator& estimator) {
-  const double design = lower_bound(pr, estimator);
   const std::int32_t world = pr.options.world_size;
   const std::int32_t largest = pr.cp_sizes.empty() ? 1 : pr.cp_sizes.back();
   const auto is_heavy = [&](std::size_t i) {
     return 2 * std::int64_t{pr.min_cp_of[i]} > world &&
            2 * pr.rank_tokens(i, largest) > pr.options.max_tokens_per_rank;
   };
-  std::size_t heavy = 0;
-  for (std::size_t i = 0; i < pr.size(); ++i)
-    heavy += is_heavy(i) ? 1 : 0;
-  if (heavy == 0)
-    return design;
   const double n = world;
   const double budget = static_cast<double>(pr.options.max_tokens_per_rank);
   double heavy_time = 0;  // sum_h N * min_c w_h(c)
   double free_time = 0;   // sum_h max_c (N - c) w_h(c)
   double free_tokens = 0; // sum_h (N - min_cp_h) * M
   double light_area = 0;  // A_light
+  double area = 0;        // every sample's least area, and the longest least time: lower_bound
+  double longest = 0;
+  std::size_t heavy = 0;
   struct item {
     double density; // least area per least rank-tokens
     double tokens;
@@ -253,7 +250,10 @@ double budget_lower_bound(const problem& pr, const Estimator& estimator) {
       most_free = std::max(most_free, (n - cp) * w);
       least_tokens = std::min(least_tokens, static_cast<double>(pr.rank_tokens(i, cp)) * cp);
     }
+    area += least_area;
+    longest = std::max(longest, least_time);
     if (is_heavy(i)) {
+      ++heavy;
       heavy_time += n * least_time;
       free_time += most_free;
       free_tokens += (n - pr.min_cp_of[i]) * budget;
@@ -262,22 +262,26 @@ double budget_lower_bound(const problem& pr, const Estimator& estimator) {
       light.push_back({least_area / least_tokens, least_tokens, i});
     }
   }
-  std::sort(light.begin(), light.end(), [](const item& a, const item& b) {
-    return a.density != b.density ? a.density > b.density : a.id < b.id;
-  });
   double carried = 0; // KS(free_tokens)
-  double capacity = free_tokens;
-  for (const item& it : light) {
-    if (capacity <= 0)
-      break;
-    const double take = std::min(it.tokens, capacity);
-    carried += it.density * take;
-    capacity -= take;
+  if (heavy > 0) {
+    std::sort(light.begin(), light.end(), [](const item& a, const item& b) {
+      return a.density != b.density ? a.density > b.density : a.id < b.id;
+    });
+    double capacity = free_tokens;
+    for (const item& it : light) {
+      if (capacity <= 0)
+        break;
+      const double take = std::min(it.tokens, capacity);
+      carried += it.density * take;
+      capacity -= take;
+    }
   }
   const double overhead = microbatch_overhead(estimator);
   const std::int32_t k_min = min_microbatches(pr);
-  const double work_bound = (heavy_time + light_area - std::min(carried, free_time)) / n;
-  return std::max(design - k_min * overhead, work_bound) +
+  // without heavy samples every term is lower_bound's (the same sums in the same order)
+  const double work_bound =
+      heavy == 0 ? 0.0 : (heavy_time + light_area - std::min(carried, free_time)) / n;
+  return std::max({area / n, longest, work_bound}) +
          static_cast<double>(std::max<std::size_t>(static_cast<std::size_t>(k_min), heavy)) *
              overhead;
 }
