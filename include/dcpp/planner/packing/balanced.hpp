@@ -339,9 +339,15 @@ private:
         }
         first = s;
       }
+      // the sample's row of the cost table, read directly (every ladder size is tabulated)
+      const double* row = pr_.cost_row.empty()
+                              ? nullptr
+                              : pr_.costs.data() + static_cast<std::size_t>(
+                                                       pr_.cost_row[static_cast<std::size_t>(s)]) *
+                                                       pr_.cp_sizes.size();
       double best = std::numeric_limits<double>::infinity();
       for (const std::int32_t c : ladder(s)) {
-        const double w = cost(s, c);
+        const double w = row != nullptr ? row[level_of(c)] : cost(s, c);
         // a larger group only for a real saving, not for rounding noise in cost * cp
         if (w * c < best * (1.0 - 1e-9)) {
           best = w * c;
@@ -565,6 +571,33 @@ private:
       refresh_max(m);
   }
 
+  //! Replaces the state with the levelled construction's rounds: what `load(to_plan(...))`
+  //! gives (same group ids, same sample order), without the plan in between; the rounds' sample
+  //! lists are moved out.
+  void load(std::vector<microbatch_state>& rounds) {
+    reset(static_cast<std::int32_t>(rounds.size()));
+    for (std::size_t m = 0; m < rounds.size(); ++m)
+      for (auto& g : rounds[m].groups()) {
+        if (g.samples.empty())
+          continue;
+        const std::int32_t id = open(static_cast<std::int32_t>(m), g.first_rank, g.cp);
+        group& h = groups_[static_cast<std::size_t>(id)];
+        h.samples = std::move(g.samples);
+        double load = 0;
+        for (const std::int32_t s : h.samples) {
+          const auto us = static_cast<std::size_t>(s);
+          cp_[us] = h.cp;
+          cost_[us] = cost(s, h.cp);
+          group_of_[us] = id;
+          load += cost_[us];
+        }
+        h.tokens = g.tokens;
+        h.load = load;
+      }
+    for (std::int32_t m = 0; m < k_; ++m)
+      refresh_max(m);
+  }
+
   //! Sum over rounds of the max rank time, plus the estimator's overhead per round.
   [[nodiscard]] double step_time() const {
     double total = static_cast<double>(k_) * microbatch_overhead(estimator_);
@@ -761,7 +794,7 @@ private:
       remaining.swap(deferred);
     }
     split_to_multiple(rounds, o_.microbatch_multiple, pr_, estimator_, /*grow=*/false);
-    load(to_plan(pr_, balanced::name, rounds));
+    load(rounds);
   }
 
   // ---- placement ----------------------------------------------------------------------------
