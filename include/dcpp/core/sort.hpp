@@ -72,72 +72,134 @@ auto key_words(const K& key) noexcept {
   return out;
 }
 
+template <std::size_t W>
+struct id_record {
+  std::array<std::uint64_t, W> key;
+  std::int32_t id;
+};
+
+template <std::size_t W>
+bool record_less(const id_record<W>& x, const id_record<W>& y) noexcept {
+  for (std::size_t w = 0; w < W; ++w)
+    if (x.key[w] != y.key[w])
+      return x.key[w] < y.key[w];
+  return x.id < y.id;
+}
+
+//! The most significant key word from `word` on that differs between `n` records (W if none),
+//! and the bits in which it differs.
+template <std::size_t W, class WordOf>
+std::pair<std::size_t, std::uint64_t> leading_difference(std::size_t n, std::size_t word,
+                                                         WordOf&& word_of) {
+  for (std::size_t w = word; w < W; ++w) {
+    std::uint64_t differs = 0;
+    const std::uint64_t first = word_of(0, w);
+    for (std::size_t i = 1; i < n; ++i)
+      differs |= word_of(i, w) ^ first;
+    if (differs != 0)
+      return {w, differs};
+  }
+  return {W, 0};
+}
+
+//! One counting pass of `n` records into `out` by the `bits`-bit digit of word `lead` below
+//! `shift`; returns the bucket starts (2^bits + 1 entries).
+template <std::size_t W, class RecordOf>
+std::vector<std::uint32_t> counting_pass(std::size_t n, std::size_t lead, int shift, int bits,
+                                         RecordOf&& record_of, id_record<W>* out) {
+  const std::uint64_t mask = (std::uint64_t{1} << bits) - 1;
+  std::vector<std::uint32_t> start((std::size_t{1} << bits) + 1, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    ++start[((record_of(i).key[lead] >> shift) & mask) + 1];
+  for (std::size_t d = 1; d < start.size(); ++d)
+    start[d] += start[d - 1];
+  std::vector<std::uint32_t> next(start.begin(), start.end() - 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    const id_record<W> r = record_of(i);
+    out[next[(r.key[lead] >> shift) & mask]++] = r;
+  }
+  return start;
+}
+
+//! Digit width for `n` records whose leading differing bit is `top`: about one bucket per
+//! record, at least 2^8 buckets, at most 2^16.
+inline int digit_bits(std::size_t n, int top) noexcept {
+  return std::min(top + 1, std::clamp(static_cast<int>(std::bit_width(n)), 8, 16));
+}
+
+//! Sorts the records of one bucket (keys equal in the words before `word` and in the bits its
+//! digit covered): by insertion when small, by comparison up to a few hundred, else by another
+//! counting pass on the bits below (keys that pile into few buckets, e.g. a first word with few
+//! values, are split again rather than compared), or by id when the keys are equal.
+template <std::size_t W>
+void sort_bucket(id_record<W>* first, std::size_t n, id_record<W>* scratch, std::size_t word) {
+  constexpr std::size_t insertion_limit = 16;
+  constexpr std::size_t comparison_limit = 256; // below, a counting pass does not pay
+  const auto less = [](const id_record<W>& x, const id_record<W>& y) { return record_less(x, y); };
+  if (n < 2 || std::is_sorted(first, first + n, less)) // equal keys often arrive in id order
+    return;
+  if (n <= insertion_limit) {
+    for (std::size_t i = 1; i < n; ++i) {
+      const id_record<W> r = first[i];
+      std::size_t hole = i;
+      for (; hole > 0 && less(r, first[hole - 1]); --hole)
+        first[hole] = first[hole - 1];
+      first[hole] = r;
+    }
+    return;
+  }
+  if (n <= comparison_limit) {
+    std::sort(first, first + n, less);
+    return;
+  }
+  const auto [lead, differs] = leading_difference<W>(
+      n, word, [first](std::size_t i, std::size_t w) { return first[i].key[w]; });
+  if (lead == W) { // equal keys: by id
+    std::sort(first, first + n, [](const auto& x, const auto& y) { return x.id < y.id; });
+    return;
+  }
+  const int top = 63 - std::countl_zero(differs);
+  const int bits = digit_bits(n, top);
+  const auto start = counting_pass<W>(
+      n, lead, top + 1 - bits, bits, [first](std::size_t i) { return first[i]; }, scratch);
+  std::copy(scratch, scratch + n, first);
+  for (std::size_t d = 0; d + 1 < start.size(); ++d)
+    sort_bucket(first + start[d], start[d + 1] - start[d], scratch + start[d], lead);
+}
+
 //! Sorts ids by key words (`words[i]` belongs to `ids[i]`; word 0 is the most significant,
 //! all compared as unsigned integers), then by id. One counting pass on the highest bits that
 //! differ between the keys spreads the records into about as many buckets as there are records;
-//! each bucket is then sorted by comparison (insertion sort when small). The order is total, so
-//! the result is the one any correct sort gives.
+//! each bucket is then finished by `sort_bucket`. The order is total, so the result is the one
+//! any correct sort gives.
 template <std::size_t W>
 void bucket_sort_ids(std::vector<std::int32_t>& ids,
                      const std::vector<std::array<std::uint64_t, W>>& words) {
-  struct record {
-    std::array<std::uint64_t, W> key;
-    std::int32_t id;
-  };
-  const auto less = [](const record& x, const record& y) {
-    for (std::size_t w = 0; w < W; ++w)
-      if (x.key[w] != y.key[w])
-        return x.key[w] < y.key[w];
-    return x.id < y.id;
-  };
   const std::size_t n = ids.size();
-  // the most significant word that differs between keys, and its highest differing bit
-  std::size_t lead = W;
-  std::uint64_t differs = 0;
-  for (std::size_t w = 0; w < W && lead == W; ++w) {
-    differs = 0;
-    for (std::size_t i = 1; i < n; ++i)
-      differs |= words[i][w] ^ words[0][w];
-    if (differs != 0)
-      lead = w;
-  }
+  const auto [lead, differs] =
+      leading_difference<W>(n, 0, [&words](std::size_t i, std::size_t w) { return words[i][w]; });
   if (lead == W) { // equal keys: by id
     std::sort(ids.begin(), ids.end());
     return;
   }
   const int top = 63 - std::countl_zero(differs);
-  const int bits = std::min(top + 1, std::clamp(static_cast<int>(std::bit_width(n)), 8, 16));
-  const int shift = top + 1 - bits;
-  const std::uint64_t mask = (std::uint64_t{1} << bits) - 1;
+  const int bits = digit_bits(n, top);
   // bits above `top` are the same in every key, so the digit orders like the key
-  std::vector<std::uint32_t> start((std::size_t{1} << bits) + 1, 0);
-  for (std::size_t i = 0; i < n; ++i)
-    ++start[((words[i][lead] >> shift) & mask) + 1];
-  for (std::size_t d = 1; d < start.size(); ++d)
-    start[d] += start[d - 1];
-  std::vector<record> sorted(n);
-  {
-    std::vector<std::uint32_t> next(start.begin(), start.end() - 1);
-    for (std::size_t i = 0; i < n; ++i)
-      sorted[next[(words[i][lead] >> shift) & mask]++] = record{words[i], ids[i]};
-  }
-  constexpr std::size_t insertion_limit = 16;
+  std::vector<id_record<W>> sorted(n);
+  const auto start = counting_pass<W>(
+      n, lead, top + 1 - bits, bits,
+      [&](std::size_t i) {
+        return id_record<W>{words[i], ids[i]};
+      },
+      sorted.data());
+  std::vector<id_record<W>> scratch;
   for (std::size_t d = 0; d + 1 < start.size(); ++d) {
-    const auto first = sorted.begin() + start[d];
-    const auto last = sorted.begin() + start[d + 1];
-    if (last - first < 2 || std::is_sorted(first, last, less)) // equal keys keep id order
+    const std::size_t size = start[d + 1] - start[d];
+    if (size < 2)
       continue;
-    if (static_cast<std::size_t>(last - first) > insertion_limit) {
-      std::sort(first, last, less);
-      continue;
-    }
-    for (auto it = first + 1; it != last; ++it) {
-      const record r = *it;
-      auto hole = it;
-      for (; hole != first && less(r, *(hole - 1)); --hole)
-        *hole = *(hole - 1);
-      *hole = r;
-    }
+    if (scratch.empty() && size > 256)
+      scratch.resize(n);
+    sort_bucket(sorted.data() + start[d], size, scratch.data() + start[d], lead);
   }
   for (std::size_t i = 0; i < n; ++i)
     ids[i] = sorted[i].id;

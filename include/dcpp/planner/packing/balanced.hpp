@@ -664,14 +664,13 @@ private:
     std::vector<std::int64_t> room(levels, -1);
     std::vector<std::int32_t> reach_from(static_cast<std::size_t>(n_), 0);
     std::vector<std::int32_t> reach(static_cast<std::size_t>(n_), 0);
-    const auto fits_somewhere = [&](std::int32_t s, std::int32_t c) {
+    // the largest size s's search looks at from size c (cached per sample)
+    const auto reach_of = [&](std::int32_t s, std::int32_t c) {
       const auto us = static_cast<std::size_t>(s);
       if (reach_from[us] != c) {
         const double area = cost_[us] * c;
         std::int32_t r = c;
-        for (const std::int32_t c2 : ladder(s)) {
-          if (c2 <= c)
-            continue;
+        for (const std::int32_t c2 : cp_ladder{std::int64_t{c} * 2, o_.effective_max_cp()}) {
           if (cost(s, c2) * c2 > 1.05 * area)
             break;
           r = c2;
@@ -679,12 +678,13 @@ private:
         reach_from[us] = c;
         reach[us] = r;
       }
-      for (const std::int32_t c2 : ladder(s)) {
-        if (c2 > reach[us])
-          break;
-        if (c2 >= c && room[level_of(c2)] >= tokens(s, c2))
+      return reach[us];
+    };
+    // (c is on s's ladder: the doublings from c are the ladder's sizes from c on)
+    const auto fits_somewhere = [&](std::int32_t s, std::int32_t c) {
+      for (const std::int32_t c2 : cp_ladder{c, reach_of(s, c)})
+        if (room[level_of(c2)] >= tokens(s, c2))
           return true;
-      }
       return false;
     };
     std::vector<std::int32_t> deferred;
@@ -720,6 +720,30 @@ private:
             return true;
         return false;
       };
+      // A round whose groups have room only for samples that cannot reach them (too small for
+      // a large group's 5% area limit) would otherwise be scanned to the end for nothing. After
+      // a long run of misses the rest is checked, from its end (where the smallest samples are):
+      // the round ends when no sample from position i on is due a raise and none fits a group
+      // at a size its search includes: exactly the samples a full scan would defer, unchanged.
+      // The check stops at the first sample that may fit, so a failed check is usually short.
+      std::size_t next_check = 0;
+      const auto exhausted = [&](std::size_t i, std::int32_t run, double round_max) {
+        const std::size_t rest = remaining.size() - i;
+        if (run < 256 || std::size_t{static_cast<std::uint32_t>(run)} * 8 < rest || i < next_check)
+          return false;
+        next_check = i + rest / 8;
+        const double level = std::max(level_cost, round_max);
+        for (std::size_t j = remaining.size(); j-- > i;) {
+          const std::int32_t t = remaining[j];
+          const std::int32_t c = cp_[static_cast<std::size_t>(t)];
+          if (cost_[static_cast<std::size_t>(t)] > level)
+            return false;
+          for (const std::int32_t c2 : cp_ladder{c, reach_of(t, c)})
+            if (room[level_of(c2)] >= tokens(t, c2))
+              return false;
+        }
+        return true;
+      };
       std::int32_t misses = 0;
       double round_max = 0;
       for (std::size_t i = 0; i < remaining.size(); ++i) {
@@ -727,7 +751,7 @@ private:
         // a full round: no free ranks and no group with room for the smallest sample
         // (checked every 16 misses)
         if (misses > 0 && misses % 16 == 0 && mb.free_ranks() == 0) {
-          if (!room_left()) {
+          if (!room_left() || exhausted(i, misses, round_max)) {
             deferred.insert(deferred.end(), remaining.begin() + static_cast<std::ptrdiff_t>(i),
                             remaining.end());
             break;
