@@ -46,11 +46,12 @@ TEST_CASE("sort_ids_by_key: the order of a stable sort by the key, ties by id") 
 }
 
 TEST_CASE("sort_ids_by_key: bucket path equals a comparison sort on awkward keys") {
-  // above the bucket path's threshold: ties, signed values, -0.0 next to +0.0, wide and narrow
-  // ranges, a constant leading field, ids given in ascending and in shuffled order
+  // above the bucket path's threshold: ties, signed values, -0.0 next to +0.0, wide, narrow and
+  // skewed ranges, a leading field with five values (buckets of thousands, split by the next
+  // fields), a constant field, ids given in ascending and in shuffled order
   dcpp::workload::rng r(11);
   for (const std::size_t n : {256U, 257U, 1000U, 4099U, 20000U}) {
-    for (int shape = 0; shape < 4; ++shape) {
+    for (int shape = 0; shape < 5; ++shape) {
       CAPTURE(n);
       CAPTURE(shape);
       std::vector<double> a(n);
@@ -68,6 +69,9 @@ TEST_CASE("sort_ids_by_key: bucket path equals a comparison sort on awkward keys
           break;
         case 2: // wide range
           a[i] = std::ldexp(r.uniform(), static_cast<int>(r.uniform_int(-600, 600)));
+          break;
+        case 3: // skewed: most keys piled just above 1 (buckets split again, level after level)
+          a[i] = 1.0 + std::pow(r.uniform(), 12.0);
           break;
         default: // constant
           a[i] = 2.5;
