@@ -293,6 +293,36 @@ TEST_CASE("balanced: extra_microbatches = 0 holds it to the token minimum or Meg
   }
 }
 
+TEST_CASE("balanced: ending levelled rounds early changes no plan") {
+  // Built so that the early end fires: four samples of ~120K tokens need 16 ranks each and fill
+  // the 64 ranks of the first round with groups that keep some token room, which the 3,001 short
+  // samples after them cannot use (on 16 ranks they would cost far more than 5% extra area); a
+  // full scan visits every short sample for nothing. Seeded long-tail batches besides.
+  std::vector<std::int64_t> crafted = {121000, 119000, 118000, 117000};
+  w::rng r(41);
+  for (int i = 0; i < 3001; ++i)
+    crafted.push_back(r.uniform_int(200, 900));
+  std::vector<std::pair<dcpp::plan_options, std::vector<std::int64_t>>> cases;
+  dcpp::plan_options o;
+  o.world_size = 64;
+  o.max_tokens_per_rank = 8192;
+  cases.emplace_back(o, crafted);
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    o.world_size = seed == 2 ? 96 : 128;
+    o.group_topology = seed == 3 ? dcpp::topology::contiguous : dcpp::topology::aligned;
+    cases.emplace_back(o, w::long_tail(32 * static_cast<std::size_t>(o.world_size), seed));
+  }
+  for (const auto& [options, lengths] : cases) {
+    CAPTURE(options.world_size);
+    dcpp::balanced full;
+    full.end_rounds_early = false;
+    const auto a = run<dcpp::balanced>(options, lengths, dcpp::transformer_cost{}, full);
+    const auto b = run<dcpp::balanced>(options, lengths, dcpp::transformer_cost{});
+    check_invariants(b, options);
+    CHECK(a.microbatches == b.microbatches);
+  }
+}
+
 TEST_CASE("balanced: the indexed heap keeps the order of an ordered set of (key, id)") {
   dcpp::workload::rng r(29);
   dcpp::detail::indexed_heap<double> heap;
