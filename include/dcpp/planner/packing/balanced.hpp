@@ -73,6 +73,12 @@ struct balanced {
   //! misses) instead of scanning the rest: the same plans, faster where large groups hold the
   //! only room (false is there for the test that proves the plans equal).
   bool end_rounds_early = true;
+  //! The levelled construction lets a sample join a larger group where it costs at most 5% more
+  //! rank area. While samples x ranks is at most this, it also runs with 0% and 10% and the best
+  //! plan is kept: which reach packs a batch best depends on its mix (measured on the benchmark's
+  //! long-tail batches on 24 and 48 ranks and Pareto batches on 64: 0% lifts four of them to
+  //! 0.97 and more, 10% a fifth; each alone loses elsewhere).
+  std::int64_t levelled_variants_limit = std::int64_t{1} << 17;
 
   template <workload_estimator Estimator>
   plan pack(const problem& pr, const Estimator& estimator, const bucket_list& buckets) const {
@@ -235,7 +241,7 @@ public:
     if ((policy_.constructions & balanced::construct_levelled) != 0 || !with_megatron) {
       cp_ = base_cp;
       cost_ = base_cost;
-      build_levelled(static_cast<std::int64_t>(allowed));
+      build_levelled(static_cast<std::int64_t>(allowed), 1.05);
       if (!with_megatron && static_cast<std::size_t>(k_) > allowed) {
         // more rounds than allowed: Megatron's count is the reference after all
         const plan levelled = emit();
@@ -245,6 +251,15 @@ public:
       }
       consider();
     }
+    // levelled with a narrower and a wider area reach (not past the variants limit)
+    if ((policy_.constructions & balanced::construct_levelled) != 0 &&
+        std::int64_t{n_} * world_ <= policy_.levelled_variants_limit)
+      for (const double reach_area : {1.0, 1.10}) {
+        cp_ = base_cp;
+        cost_ = base_cost;
+        build_levelled(static_cast<std::int64_t>(allowed), reach_area);
+        consider();
+      }
     // static: one CP size for all, heaviest first onto the least-loaded slot (strong when the
     // batch needs one size anyway: short-only, capped rollouts), up to 4x the megatron limit
     if ((policy_.constructions & balanced::construct_static) != 0 &&
@@ -637,8 +652,9 @@ private:
 
   //! Rounds one after another from the samples sorted by work per token (descending): each
   //! sample opens a group on free ranks while there are some, then joins the least-loaded group
-  //! of its CP size with token room, or waits for the next round.
-  void build_levelled(std::int64_t rounds_allowed) {
+  //! with token room of its CP size or of a larger one where it costs at most `reach_area` times
+  //! its rank area, or waits for the next round.
+  void build_levelled(std::int64_t rounds_allowed, double reach_area) {
     std::vector<std::int32_t> remaining(static_cast<std::size_t>(n_));
     std::vector<double> per_token(static_cast<std::size_t>(n_));
     std::int64_t min_tokens = budget_;
@@ -663,7 +679,7 @@ private:
     std::vector<indexed_heap<std::int64_t>> by_tokens(levels);
     // A quick, exact "no" for a sample that fits no group of the round (most visits of a full
     // round): per CP size the most token room of any group (-1: none; rooms only shrink in a
-    // round), and per sample the largest size its search would look at (the 5% area limit
+    // round), and per sample the largest size its search would look at (the area limit
     // below), worked out once per (sample, size).
     std::vector<std::int64_t> room(levels, -1);
     std::vector<std::int32_t> reach_from(static_cast<std::size_t>(n_), 0);
@@ -675,7 +691,7 @@ private:
         const double area = cost_[us] * c;
         std::int32_t r = c;
         for (const std::int32_t c2 : cp_ladder{std::int64_t{c} * 2, o_.effective_max_cp()}) {
-          if (cost(s, c2) * c2 > 1.05 * area)
+          if (cost(s, c2) * c2 > reach_area * area)
             break;
           r = c2;
         }
@@ -725,7 +741,7 @@ private:
         return false;
       };
       // A round without free ranks whose groups have room only for samples that cannot reach
-      // them (too small for a large group's 5% area limit) would otherwise be scanned to the
+      // them (too small for a large group's area limit) would otherwise be scanned to the
       // end for nothing. After a long run of misses (`run`, at least an eighth of the rest) the
       // rest is checked from its end, where the smallest samples are: the round ends when no
       // sample from position i on is due a raise and none fits a group at a size its search
@@ -770,8 +786,8 @@ private:
         } else if (fits_somewhere(s, c)) {
           // the least-loaded group with token room (among the first few by load, else the one
           // with the most room), of this CP size or of a larger one where the sample costs at
-          // most 5% more rank area
-          // (fits_somewhere has worked out the sizes within that 5%: up to reach[us])
+          // most `reach_area` times the rank area (5% more, or the variants' 0% and 10%)
+          // (fits_somewhere has worked out the sizes within that: up to reach[us])
           double best = std::numeric_limits<double>::infinity();
           for (const std::int32_t c2 : cp_ladder{c, reach[us]}) {
             const double w2 = c2 == c ? cost_[us] : cost(s, c2);
