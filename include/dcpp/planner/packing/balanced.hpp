@@ -34,6 +34,7 @@ class balanced_engine;
 //!     filled to the token budget by longest-processing-time-first onto its groups, so that a
 //!     round holds samples of similar work per token and its ranks end level; samples above the
 //!     round's level spread over larger groups, paid from the token slack of the allowed rounds;
+//!     below `levelled_variants_limit` built three times (larger groups at 5%, 0%, 10% more area);
 //!   - `targeted` (small batches): the micro-batch count fixed at the token lower bound, a
 //!     target `T = area / (N*K)` per rank and round, samples costlier than T on larger groups,
 //!     best fit into groups within T, new groups on the roomiest round, the least step-time
@@ -76,8 +77,8 @@ struct balanced {
   //! The levelled construction lets a sample join a larger group where it costs at most 5% more
   //! rank area. While samples x ranks is at most this, it also runs with 0% and 10% and the best
   //! plan is kept: which reach packs a batch best depends on its mix (measured on the benchmark's
-  //! long-tail batches on 24 and 48 ranks and Pareto batches on 64: 0% lifts four of them to
-  //! 0.97 and more, 10% a fifth; each alone loses elsewhere).
+  //! long-tail batches on 24 and 48 ranks and Pareto batches on 64: 0% lifts three of them to
+  //! 0.97 and more, 10% a fourth; each alone loses elsewhere). Costs 1.5-4.5x planning time there.
   std::int64_t levelled_variants_limit = std::int64_t{1} << 17;
 
   template <workload_estimator Estimator>
