@@ -18,6 +18,14 @@
 namespace {
 namespace w = dcpp::workload;
 
+//! Options with world size and token budget set, the rest default.
+dcpp::plan_options options_for(std::int32_t world, std::int64_t budget) {
+  dcpp::plan_options o;
+  o.world_size = world;
+  o.max_tokens_per_rank = budget;
+  return o;
+}
+
 dcpp::plan_options random_options(w::rng& r) {
   static constexpr std::int32_t worlds[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48};
   dcpp::plan_options o;
@@ -170,9 +178,7 @@ TEST_CASE("packing: invariants of every policy on 2000 seeded random workloads")
 
 TEST_CASE("megatron_greedy: the longest sample opens the first group and sets the cap") {
   // 8 ranks, M = 1000, L^2 cost: sample 0 (3000) needs cp 4; the cap is 3000*1000*1.05
-  dcpp::plan_options o;
-  o.world_size = 8;
-  o.max_tokens_per_rank = 1000;
+  dcpp::plan_options o = options_for(8, 1000);
   const std::vector<std::int64_t> lengths{3000, 900, 900, 900, 900, 100, 100};
   const auto p = run<dcpp::megatron_greedy>(o, lengths, dcpp::megatron_cost{});
   REQUIRE(!p.microbatches.empty());
@@ -190,9 +196,7 @@ TEST_CASE("megatron_greedy: the longest sample opens the first group and sets th
 
 TEST_CASE(
     "megatron_greedy: 24 ranks never form a group beyond the world, long samples still plan") {
-  dcpp::plan_options o;
-  o.world_size = 24;
-  o.max_tokens_per_rank = 4096;
+  dcpp::plan_options o = options_for(24, 4096);
   const std::vector<std::int64_t> lengths{65520, 40000, 3000, 2000, 1000, 500, 30000, 4096};
   for (const auto& p : {run<dcpp::megatron_greedy>(o, lengths, dcpp::megatron_cost{}),
                         run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{}),
@@ -206,9 +210,7 @@ TEST_CASE(
 }
 
 TEST_CASE("uniform_cp: one CP size per micro-batch, from its longest sample") {
-  dcpp::plan_options o;
-  o.world_size = 16;
-  o.max_tokens_per_rank = 2048;
+  dcpp::plan_options o = options_for(16, 2048);
   const auto lengths = w::long_tail(300, 4, 0.05, dcpp::max_plannable_length(o));
   const auto p = run<dcpp::uniform_cp>(o, lengths, dcpp::megatron_cost{});
   const auto pr = dcpp::make_problem(o, lengths);
@@ -226,9 +228,7 @@ TEST_CASE("uniform_cp: one CP size per micro-batch, from its longest sample") {
 }
 
 TEST_CASE("static_cp: every group has the fixed size; the check names a sample that cannot fit") {
-  dcpp::plan_options o;
-  o.world_size = 16;
-  o.max_tokens_per_rank = 1024;
+  dcpp::plan_options o = options_for(16, 1024);
   const auto lengths = w::sft_lognormal(200, 8, 800, 1.2, 64, 4096);
   const auto p = run<dcpp::static_cp>(o, lengths, dcpp::megatron_cost{}, dcpp::static_cp{4});
   for (const auto& mb : p.microbatches)
@@ -249,9 +249,7 @@ TEST_CASE("static_cp: every group has the fixed size; the check names a sample t
 }
 
 TEST_CASE("balanced: spreads a short-only batch evenly and meets the micro-batch multiple") {
-  dcpp::plan_options o;
-  o.world_size = 8;
-  o.max_tokens_per_rank = 4096;
+  dcpp::plan_options o = options_for(8, 4096);
   o.microbatch_multiple = 3;
   const auto lengths = w::short_only(333, 12, 1000);
   const auto p = run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{});
@@ -276,9 +274,7 @@ TEST_CASE("balanced: options assigned in any order give the same bytes") {
 
 TEST_CASE("balanced: extra_microbatches = 0 holds it to the token minimum or Megatron's count") {
   for (std::uint64_t seed = 1; seed <= 6; ++seed) {
-    dcpp::plan_options o;
-    o.world_size = 48;
-    o.max_tokens_per_rank = 8192;
+    dcpp::plan_options o = options_for(48, 8192);
     const auto lengths = w::long_tail(900, seed);
     dcpp::balanced strict;
     strict.extra_microbatches = 0;
@@ -303,9 +299,7 @@ TEST_CASE("balanced: ending levelled rounds early changes no plan") {
   for (int i = 0; i < 3001; ++i)
     crafted.push_back(r.uniform_int(200, 900));
   std::vector<std::pair<dcpp::plan_options, std::vector<std::int64_t>>> cases;
-  dcpp::plan_options o;
-  o.world_size = 64;
-  o.max_tokens_per_rank = 8192;
+  dcpp::plan_options o = options_for(64, 8192);
   cases.emplace_back(o, crafted);
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
     o.world_size = seed == 2 ? 96 : 128;
@@ -330,9 +324,7 @@ TEST_CASE("balanced: the levelled variants (0% and 10% area reach) keep the best
   std::size_t better = 0;
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     CAPTURE(seed);
-    dcpp::plan_options o;
-    o.world_size = 48;
-    o.max_tokens_per_rank = 8192;
+    dcpp::plan_options o = options_for(48, 8192);
     const auto lengths = w::long_tail(1536, seed);
     dcpp::balanced single;
     single.levelled_variants_limit = 0;

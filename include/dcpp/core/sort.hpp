@@ -128,6 +128,9 @@ inline int digit_bits(std::size_t n, int top) noexcept {
   return std::min(top + 1, std::clamp(static_cast<int>(std::bit_width(n)) - 1, 8, 16));
 }
 
+//! Buckets up to this size are finished by comparison: below, a counting pass does not pay.
+inline constexpr std::size_t comparison_limit = 256;
+
 //! Sorts the records of one bucket (keys equal in the words before `word` and in the bits its
 //! digit covered): by insertion when small, by comparison up to a few hundred, else by another
 //! counting pass on the bits below (keys that pile into few buckets, e.g. a first word with few
@@ -135,7 +138,6 @@ inline int digit_bits(std::size_t n, int top) noexcept {
 template <std::size_t W>
 void sort_bucket(id_record<W>* first, std::size_t n, id_record<W>* scratch, std::size_t word) {
   constexpr std::size_t insertion_limit = 16;
-  constexpr std::size_t comparison_limit = 256; // below, a counting pass does not pay
   const auto less = [](const id_record<W>& x, const id_record<W>& y) { return record_less(x, y); };
   if (n < 2 || std::is_sorted(first, first + n, less)) // equal keys often arrive in id order
     return;
@@ -198,7 +200,7 @@ void bucket_sort_ids(std::vector<std::int32_t>& ids,
     const std::size_t size = start[d + 1] - start[d];
     if (size < 2)
       continue;
-    if (scratch.empty() && size > 256)
+    if (scratch.empty() && size > comparison_limit) // only a counting pass needs it
       scratch.resize(n);
     sort_bucket(sorted.data() + start[d], size, scratch.data() + start[d], lead);
   }

@@ -145,6 +145,12 @@ struct problem {
   std::vector<std::int32_t> cost_row;
 
   [[nodiscard]] std::size_t size() const noexcept { return lengths.size(); }
+  //! The row of `costs` for `sample`'s length (indexed by level), or nullptr without a table.
+  [[nodiscard]] const double* cost_row_of(std::size_t sample) const noexcept {
+    return cost_row.empty()
+               ? nullptr
+               : costs.data() + static_cast<std::size_t>(cost_row[sample]) * cp_sizes.size();
+  }
   [[nodiscard]] std::int64_t rank_tokens(std::size_t sample, std::int32_t cp) const {
     return tokens_per_rank(options, lengths[sample], cp);
   }

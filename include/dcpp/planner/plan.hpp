@@ -123,8 +123,7 @@ inline double sample_cost(const problem& pr, const Estimator& estimator, std::si
   const std::int32_t level = ucp < pr.level_of_cp.size() ? pr.level_of_cp[ucp] : -1;
   if (level < 0 || cp < pr.min_cp_of[s]) // not a tabulated size: a plan under validation
     return static_cast<double>(estimator.cost(pr.lengths[s], cp));
-  return pr.costs[static_cast<std::size_t>(pr.cost_row[s]) * pr.cp_sizes.size() +
-                  static_cast<std::size_t>(level)];
+  return pr.cost_row_of(s)[level];
 }
 
 //! Sorts groups by first rank and each group's samples ascending: the canonical form that makes
@@ -190,7 +189,7 @@ double lower_bound(const problem& pr, const Estimator& estimator) {
     for (std::size_t i = 0; i < pr.size(); ++i) {
       const auto row = static_cast<std::size_t>(pr.cost_row[i]);
       if (best[row].first < 0)
-        best[row] = best_of(i, pr.costs.data() + row * levels);
+        best[row] = best_of(i, pr.cost_row_of(i));
       area += best[row].first;
       longest = std::max(longest, best[row].second);
     }

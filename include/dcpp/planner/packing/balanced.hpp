@@ -238,11 +238,14 @@ public:
         best = emit();
       }
     };
-    // levelled, at the area-minimal CP sizes
+    // levelled, at the area-minimal CP sizes (the order and the rest of its start are the same
+    // for every reach: worked out once)
+    std::optional<levelled_start> start;
     if ((policy_.constructions & balanced::construct_levelled) != 0 || !with_megatron) {
       cp_ = base_cp;
       cost_ = base_cost;
-      build_levelled(static_cast<std::int64_t>(allowed), 1.05);
+      start = levelled_inputs();
+      build_levelled(*start, static_cast<std::int64_t>(allowed), 1.05);
       if (!with_megatron && static_cast<std::size_t>(k_) > allowed) {
         // more rounds than allowed: Megatron's count is the reference after all
         const plan levelled = emit();
@@ -258,7 +261,7 @@ public:
       for (const double reach_area : {1.0, 1.10}) {
         cp_ = base_cp;
         cost_ = base_cost;
-        build_levelled(static_cast<std::int64_t>(allowed), reach_area);
+        build_levelled(*start, static_cast<std::int64_t>(allowed), reach_area);
         consider();
       }
     // static: one CP size for all, heaviest first onto the least-loaded slot (strong when the
@@ -360,11 +363,7 @@ private:
         first = s;
       }
       // the sample's row of the cost table, read directly (every ladder size is tabulated)
-      const double* row = pr_.cost_row.empty()
-                              ? nullptr
-                              : pr_.costs.data() + static_cast<std::size_t>(
-                                                       pr_.cost_row[static_cast<std::size_t>(s)]) *
-                                                       pr_.cp_sizes.size();
+      const double* row = pr_.cost_row_of(static_cast<std::size_t>(s));
       double best = std::numeric_limits<double>::infinity();
       for (const std::int32_t c : ladder(s)) {
         const double w = row != nullptr ? row[level_of(c)] : cost(s, c);
@@ -592,8 +591,9 @@ private:
   }
 
   //! Replaces the state with the levelled construction's rounds: what `load(to_plan(...))`
-  //! gives (same group ids, same sample order), without the plan in between; the rounds' sample
-  //! lists are moved out.
+  //! gives (same group ids, same sample order), without the plan in between. Not through
+  //! `attach`: the rounds already hold each sample's cost (cost_) and each group's tokens, and
+  //! the sample lists are moved (measured: recomputing them costs 3% of a 65,536-sample plan).
   void load(std::vector<microbatch_state>& rounds) {
     reset(static_cast<std::int32_t>(rounds.size()));
     for (std::size_t m = 0; m < rounds.size(); ++m)
@@ -606,8 +606,7 @@ private:
         double load = 0;
         for (const std::int32_t s : h.samples) {
           const auto us = static_cast<std::size_t>(s);
-          cp_[us] = h.cp;
-          cost_[us] = cost(s, h.cp);
+          DCPP_EXPECTS(cp_[us] == h.cp); // placed at the group's size; cost_ is its cost there
           group_of_[us] = id;
           load += cost_[us];
         }
@@ -651,28 +650,43 @@ private:
     }
   }
 
+  //! What the levelled construction starts from at the area-minimal CP sizes (the state's cp_
+  //! and cost_ when it runs): the samples by work per token, and the token sums it needs.
+  struct levelled_start {
+    std::vector<std::int32_t> order; // descending work per token, then descending length, then id
+    std::vector<double> per_token;   // per sample
+    std::int64_t min_tokens = 0;     // the fewest rank tokens of any sample
+    std::int64_t rank_tokens = 0;    // sum of rank tokens x CP size
+  };
+  [[nodiscard]] levelled_start levelled_inputs() const {
+    levelled_start out;
+    out.order.resize(static_cast<std::size_t>(n_));
+    out.per_token.resize(static_cast<std::size_t>(n_));
+    out.min_tokens = budget_;
+    for (std::int32_t s = 0; s < n_; ++s) {
+      const auto us = static_cast<std::size_t>(s);
+      const std::int64_t t = tokens(s, cp_[us]);
+      out.order[us] = s;
+      out.per_token[us] = cost_[us] / static_cast<double>(t);
+      out.min_tokens = std::min(out.min_tokens, t);
+      out.rank_tokens += t * cp_[us];
+    }
+    sort_ids_by_key(out.order, [&](std::int32_t a) {
+      const auto u = static_cast<std::size_t>(a);
+      return std::pair(-out.per_token[u], -pr_.lengths[u]);
+    });
+    return out;
+  }
+
   //! Rounds one after another from the samples sorted by work per token (descending): each
   //! sample opens a group on free ranks while there are some, then joins the least-loaded group
   //! with token room of its CP size or of a larger one where it costs at most `reach_area` times
-  //! its rank area, or waits for the next round.
-  void build_levelled(std::int64_t rounds_allowed, double reach_area) {
-    std::vector<std::int32_t> remaining(static_cast<std::size_t>(n_));
-    std::vector<double> per_token(static_cast<std::size_t>(n_));
-    std::int64_t min_tokens = budget_;
-    for (std::int32_t s = 0; s < n_; ++s) {
-      const auto us = static_cast<std::size_t>(s);
-      remaining[us] = s;
-      per_token[us] = cost_[us] / static_cast<double>(tokens(s, cp_[us]));
-      min_tokens = std::min(min_tokens, tokens(s, cp_[us]));
-    }
-    std::int64_t slack = rounds_allowed * world_ * budget_;
-    for (std::int32_t s = 0; s < n_; ++s)
-      slack -= tokens(s, cp_[static_cast<std::size_t>(s)]) * cp_[static_cast<std::size_t>(s)];
-    // descending work per token, then descending length, then id
-    sort_ids_by_key(remaining, [&](std::int32_t a) {
-      const auto u = static_cast<std::size_t>(a);
-      return std::pair(-per_token[u], -pr_.lengths[u]);
-    });
+  //! its rank area, or waits for the next round. Starts from the sizes `start` was made at.
+  void build_levelled(const levelled_start& start, std::int64_t rounds_allowed, double reach_area) {
+    std::vector<std::int32_t> remaining = start.order;
+    const std::vector<double>& per_token = start.per_token;
+    const std::int64_t min_tokens = start.min_tokens;
+    std::int64_t slack = rounds_allowed * world_ * budget_ - start.rank_tokens;
     std::vector<microbatch_state> rounds;
     const std::size_t levels = pr_.cp_sizes.size();
     // per CP size: (load, group of the round) and (tokens, group)
