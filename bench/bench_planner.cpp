@@ -163,12 +163,15 @@ int main(int argc, char** argv) {
   std::string estimator_name = "llama3-8b@h100";
   std::string reference_dir = "../shared/workloads";
   bool strict = false;
+  std::string filter;
   app.add_flag("--quick", quick, "one seed per generator");
   app.add_option("--repeats", repeats, "plan each case this many times, report the fastest")
       ->check(CLI::PositiveNumber);
   app.add_option("--estimator", estimator_name, "transformer preset for the generated workloads");
   app.add_option("--reference-dir", reference_dir, "folder of the shared reference workloads");
   app.add_flag("--strict", strict, "exit 1 if balanced misses a target");
+  app.add_option("--filter", filter,
+                 "only the workloads whose name contains this text (e.g. /1024, long_tail/48)");
   CLI11_PARSE(app, argc, argv);
 
   const auto estimator = transformer_cost::from_preset(estimator_name);
@@ -177,9 +180,22 @@ int main(int argc, char** argv) {
                transformer_cost::preset_names());
     return 2;
   }
-  fmt::print("# generated workloads, estimator {}, efficiency target 0.97\n", estimator->name());
-  bool good = run_table(generated_cases(quick), *estimator, repeats, 0.97);
-  const auto refs = reference_cases(reference_dir);
+  const auto keep = [&](std::vector<bench_case> cases) {
+    std::erase_if(cases,
+                  [&](const bench_case& c) { return c.name.find(filter) == std::string::npos; });
+    return cases;
+  };
+  const auto generated = keep(generated_cases(quick));
+  const auto refs = keep(reference_cases(reference_dir));
+  if (generated.empty() && refs.empty()) {
+    fmt::print(stderr, "bench_planner: --filter '{}' matches no workload\n", filter);
+    return 2;
+  }
+  bool good = true;
+  if (!generated.empty()) {
+    fmt::print("# generated workloads, estimator {}, efficiency target 0.97\n", estimator->name());
+    good = run_table(generated, *estimator, repeats, 0.97);
+  }
   if (!refs.empty()) {
     fmt::print("\n# reference workloads ({}), estimator megatron (length^2/cp), as Megatron-LM "
                "plans them\n",

@@ -143,10 +143,12 @@ private:
   }
 
   plan_options options_;
-  Estimator estimator_;
-  Bucketing bucketing_;
-  Packing packing_;
-  Communicator communicator_;
+  // Policies are often empty types; no_unique_address keeps them from taking space (and keeps
+  // GCC 12's -Wmaybe-uninitialized from flagging an empty estimator passed by reference).
+  [[no_unique_address]] Estimator estimator_;
+  [[no_unique_address]] Bucketing bucketing_;
+  [[no_unique_address]] Packing packing_;
+  [[no_unique_address]] Communicator communicator_;
 };
 
 } // namespace dcpp
