@@ -337,6 +337,27 @@ TEST_CASE("balanced: the levelled variants (0% and 10% area reach) keep the best
   CHECK(better >= 1);
 }
 
+TEST_CASE("balanced: the heavy-sample variant keeps the best plan and lifts long_tail/48/s2") {
+  // heavy_share = 0 turns the fourth levelled variant off; with it, the plan is never slower,
+  // and the benchmark's long_tail/48/s2 (two 128K samples that the other variants stack in one
+  // 32-rank group) goes from under 0.97 to over it
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    CAPTURE(seed);
+    const dcpp::plan_options o = options_for(48, 8192);
+    const auto lengths = w::long_tail(1536, seed);
+    dcpp::balanced without;
+    without.heavy_share = 0;
+    const auto a = run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{}, without);
+    const auto b = run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{});
+    check_invariants(b, o);
+    CHECK(b.metrics.estimated_step_time <= a.metrics.estimated_step_time);
+    if (seed == 2) {
+      CHECK(a.metrics.efficiency < 0.97);
+      CHECK(b.metrics.efficiency >= 0.97);
+    }
+  }
+}
+
 TEST_CASE("balanced: the indexed heap keeps the order of an ordered set of (key, id)") {
   dcpp::workload::rng r(29);
   dcpp::detail::indexed_heap<double> heap;

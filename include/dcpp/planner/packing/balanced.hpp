@@ -34,7 +34,8 @@ class balanced_engine;
 //!     filled to the token budget by longest-processing-time-first onto its groups, so that a
 //!     round holds samples of similar work per token and its ranks end level; samples above the
 //!     round's level spread over larger groups, paid from the token slack of the allowed rounds;
-//!     below `levelled_variants_limit` built three times (larger groups at 5%, 0%, 10% more area);
+//!     below `levelled_variants_limit` built four times (larger groups at 5%, 0%, 10% more area,
+//!     and at 0% with heavy samples kept out of each other's groups: `heavy_share`);
 //!   - `targeted` (small batches): the micro-batch count fixed at the token lower bound, a
 //!     target `T = area / (N*K)` per rank and round, samples costlier than T on larger groups,
 //!     best fit into groups within T, new groups on the roomiest round, the least step-time
@@ -80,6 +81,13 @@ struct balanced {
   //! long-tail batches on 24 and 48 ranks and Pareto batches on 64: 0% lifts three of them to
   //! 0.97 and more, 10% a fourth; each alone loses elsewhere). Costs 1.5-4.5x planning time there.
   std::int64_t levelled_variants_limit = std::int64_t{1} << 17;
+  //! A fourth levelled variant (below `levelled_variants_limit`, at the 0% reach) keeps heavy
+  //! samples apart: a sample that costs more than `heavy_share` of its round's level joins no
+  //! group of the round; it opens one on free ranks or waits for the next round. Stacked in one
+  //! group, two heavy samples make it as slow as both together, and the round's other groups,
+  //! full of tokens, cannot rise to match (measured: the benchmark's long_tail/48/s2 0.962 ->
+  //! 0.993; shares 0.3-0.5 swept, 0.4 best on the mean of the 35 generated workloads). 0: off.
+  double heavy_share = 0.4;
 
   template <workload_estimator Estimator>
   plan pack(const problem& pr, const Estimator& estimator, const bucket_list& buckets) const {
@@ -255,15 +263,24 @@ public:
       }
       consider();
     }
-    // levelled with a narrower and a wider area reach (not past the variants limit)
+    // levelled with a narrower and a wider area reach, and with heavy samples kept apart (not
+    // past the variants limit)
     if ((policy_.constructions & balanced::construct_levelled) != 0 &&
-        std::int64_t{n_} * world_ <= policy_.levelled_variants_limit)
-      for (const double reach_area : {1.0, 1.10}) {
+        std::int64_t{n_} * world_ <= policy_.levelled_variants_limit) {
+      struct variant {
+        double reach_area;
+        double heavy_share;
+      };
+      for (const variant v :
+           {variant{1.0, 0.0}, variant{1.10, 0.0}, variant{1.0, policy_.heavy_share}}) {
+        if (v.heavy_share != 0.0 && policy_.heavy_share <= 0.0)
+          continue; // the heavy variant is off
         cp_ = base_cp;
         cost_ = base_cost;
-        build_levelled(*start, static_cast<std::int64_t>(allowed), reach_area);
+        build_levelled(*start, static_cast<std::int64_t>(allowed), v.reach_area, v.heavy_share);
         consider();
       }
+    }
     // static: one CP size for all, heaviest first onto the least-loaded slot (strong when the
     // batch needs one size anyway: short-only, capped rollouts), up to 4x the megatron limit
     if ((policy_.constructions & balanced::construct_static) != 0 &&
@@ -681,8 +698,11 @@ private:
   //! Rounds one after another from the samples sorted by work per token (descending): each
   //! sample opens a group on free ranks while there are some, then joins the least-loaded group
   //! with token room of its CP size or of a larger one where it costs at most `reach_area` times
-  //! its rank area, or waits for the next round. Starts from the sizes `start` was made at.
-  void build_levelled(const levelled_start& start, std::int64_t rounds_allowed, double reach_area) {
+  //! its rank area, or waits for the next round. With `heavy_share > 0` a sample costing more
+  //! than that share of the round's level joins no group (it only opens one). Starts from the
+  //! sizes `start` was made at.
+  void build_levelled(const levelled_start& start, std::int64_t rounds_allowed, double reach_area,
+                      double heavy_share = 0.0) {
     std::vector<std::int32_t> remaining = start.order;
     const std::vector<double>& per_token = start.per_token;
     const std::int64_t min_tokens = start.min_tokens;
@@ -798,7 +818,9 @@ private:
         std::int32_t chosen_cp = c;
         if (const auto first = mb.free_block(o_, c)) {
           chosen = mb.open(*first, c);
-        } else if (fits_somewhere(s, c)) {
+        } else if (!(heavy_share > 0 &&
+                     cost_[us] > heavy_share * std::max(level_cost, round_max)) &&
+                   fits_somewhere(s, c)) {
           // the least-loaded group with token room (among the first few by load, else the one
           // with the most room), of this CP size or of a larger one where the sample costs at
           // most `reach_area` times the rank area (5% more, or the variants' 0% and 10%)
