@@ -3,10 +3,10 @@
 #pragma once
 
 #include <algorithm>
-#include <numeric>
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <string_view>
