@@ -71,6 +71,41 @@ TEST_CASE("bucketing: by_cp_size puts larger CP sizes first, longest first insid
   }
 }
 
+TEST_CASE("bucketing: by_cp_size equals a comparison sort, aligned and contiguous topologies") {
+  // reference: every id sorted by (larger smallest CP size, longer, lower id), cut where the
+  // size changes; batches of awkward sizes on both sides of the sort's 256-id bucket threshold
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    CAPTURE(seed);
+    dcpp::plan_options o;
+    o.world_size = seed % 2 == 0 ? 48 : 40;
+    o.max_tokens_per_rank = 2048;
+    o.group_topology = seed % 3 == 0 ? dcpp::topology::contiguous : dcpp::topology::aligned;
+    const std::size_t n = 3 + seed * 409 % 2999;
+    const auto p = dcpp::make_problem(o, dcpp::workload::pareto(n, seed, 1.1, 60000));
+    std::vector<std::int32_t> ids(n);
+    for (std::size_t i = 0; i < n; ++i)
+      ids[i] = static_cast<std::int32_t>(i);
+    std::sort(ids.begin(), ids.end(), [&](std::int32_t a, std::int32_t b) {
+      const auto ua = static_cast<std::size_t>(a);
+      const auto ub = static_cast<std::size_t>(b);
+      if (p.min_cp_of[ua] != p.min_cp_of[ub])
+        return p.min_cp_of[ua] > p.min_cp_of[ub];
+      if (p.lengths[ua] != p.lengths[ub])
+        return p.lengths[ua] > p.lengths[ub];
+      return a < b;
+    });
+    dcpp::bucket_list expected;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i == 0 || p.min_cp_of[static_cast<std::size_t>(ids[i])] !=
+                        p.min_cp_of[static_cast<std::size_t>(ids[i - 1])])
+        expected.emplace_back();
+      expected.back().push_back(ids[i]);
+    }
+    const std::vector<double> work(n, 1.0);
+    CHECK(dcpp::by_cp_size{}.buckets(p, work) == expected);
+  }
+}
+
 TEST_CASE("bucketing: work quantiles are ordered and of near-equal size") {
   const auto p = sample_problem(9, 103);
   std::vector<double> work(103);

@@ -45,19 +45,19 @@ inline std::vector<std::int32_t> by_descending_work(const problem& p,
 struct by_cp_size {
   [[nodiscard]] bucket_list buckets(const problem& p, std::span<const double> work) const {
     (void)work;
-    std::vector<std::int32_t> ids(p.size());
-    std::iota(ids.begin(), ids.end(), 0);
-    sort_ids_by_key(ids, [&](std::int32_t a) {
-      const auto u = static_cast<std::size_t>(a);
-      return std::pair(-std::int64_t{p.min_cp_of[u]}, -p.lengths[u]);
-    });
+    // the classes by counting (a sample's smallest size is a legal one: its level), then each
+    // class by length alone, a one-word key
+    bucket_list by_level(p.cp_sizes.size());
+    for (std::size_t i = 0; i < p.size(); ++i)
+      by_level[static_cast<std::size_t>(p.level_of_cp[static_cast<std::size_t>(p.min_cp_of[i])])]
+          .push_back(static_cast<std::int32_t>(i));
     bucket_list out;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      if (i == 0 || p.min_cp_of[static_cast<std::size_t>(ids[i])] !=
-                        p.min_cp_of[static_cast<std::size_t>(ids[i - 1])])
-        out.emplace_back();
-      out.back().push_back(ids[i]);
-    }
+    for (std::size_t l = by_level.size(); l-- > 0;)
+      if (!by_level[l].empty()) {
+        sort_ids_by_key(by_level[l],
+                        [&](std::int32_t a) { return -p.lengths[static_cast<std::size_t>(a)]; });
+        out.push_back(std::move(by_level[l]));
+      }
     return out;
   }
 };
