@@ -117,7 +117,7 @@ std::vector<bench_case> generated_cases(bool quick) {
   };
   for (std::uint64_t seed = 1; seed <= (quick ? 1U : 3U); ++seed) {
     const std::string s = fmt::format("/s{}", seed);
-    add("sft_lognormal" + s, w::sft_lognormal(256, seed), make_options(8, 8192));
+    add("sft_lognormal/8" + s, w::sft_lognormal(256, seed), make_options(8, 8192));
     add("sft_lognormal" + s, w::sft_lognormal(4096, seed), make_options(64, 8192));
     add("long_tail" + s, w::long_tail(2048, seed), make_options(64, 8192));
     add("long_tail/24" + s, w::long_tail(768, seed, 0.025, 98304), make_options(24, 8192));
