@@ -265,22 +265,19 @@ public:
       consider();
     }
     // levelled with a narrower and a wider area reach, and with heavy samples kept apart (not
-    // past the variants limit)
+    // past the variants limit; heavy_share <= 0 turns the last one off)
     if ((policy_.constructions & balanced::construct_levelled) != 0 &&
         std::int64_t{n_} * world_ <= policy_.levelled_variants_limit) {
-      struct variant {
-        double reach_area;
-        double heavy_share;
-      };
-      for (const variant v :
-           {variant{1.0, 0.0}, variant{1.10, 0.0}, variant{1.0, policy_.heavy_share}}) {
-        if (v.heavy_share != 0.0 && policy_.heavy_share <= 0.0)
-          continue; // the heavy variant is off
+      const auto levelled_variant = [&](double reach_area, double heavy_share) {
         cp_ = base_cp;
         cost_ = base_cost;
-        build_levelled(*start, static_cast<std::int64_t>(allowed), v.reach_area, v.heavy_share);
+        build_levelled(*start, static_cast<std::int64_t>(allowed), reach_area, heavy_share);
         consider();
-      }
+      };
+      levelled_variant(1.0, 0.0);
+      levelled_variant(1.10, 0.0);
+      if (policy_.heavy_share > 0)
+        levelled_variant(1.0, policy_.heavy_share);
     }
     // static: one CP size for all, heaviest first onto the least-loaded slot (strong when the
     // batch needs one size anyway: short-only, capped rollouts), up to 4x the megatron limit
@@ -845,14 +842,14 @@ private:
           }
         }
         levelled_slot& x = slots[static_cast<std::size_t>(remaining[i])];
-        raise_to_level(x, std::max(level_cost, round_max), slack);
+        const double level = std::max(level_cost, round_max);
+        raise_to_level(x, level, slack);
         const std::int32_t c = x.cp;
         std::int32_t chosen = -1;
         std::int32_t chosen_cp = c;
         if (const auto first = mb.free_block(o_, c)) {
           chosen = mb.open(*first, c);
-        } else if (!(heavy_share > 0 && x.cost > heavy_share * std::max(level_cost, round_max)) &&
-                   fits_somewhere(x, c)) {
+        } else if (!(heavy_share > 0 && x.cost > heavy_share * level) && fits_somewhere(x, c)) {
           // the least-loaded group with token room (among the first few by load, else the one
           // with the most room), of this CP size or of a larger one where the sample costs at
           // most `reach_area` times the rank area (5% more, or the variants' 0% and 10%)
