@@ -2,6 +2,7 @@
 #include "../support.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 #include "dcpp/planner/bucketing.hpp"
@@ -118,4 +119,49 @@ TEST_CASE("bucketing: work quantiles are ordered and of near-equal size") {
   for (std::size_t k = 1; k < b.size(); ++k)
     CHECK(work[static_cast<std::size_t>(b[k - 1].back())] >=
           work[static_cast<std::size_t>(b[k].front())]);
+}
+
+TEST_CASE("bucketing: a bucket_source makes its buckets once, on first read") {
+  const auto pr = sample_problem(5, 77);
+  const std::vector<double> work(pr.size(), 1.0);
+  int calls = 0;
+  const auto make = [&] {
+    ++calls;
+    return dcpp::by_cp_size{}.buckets(pr, work);
+  };
+  const dcpp::bucket_source source(make);
+  CHECK_FALSE(source.made());
+  CHECK(calls == 0);
+  const dcpp::bucket_list expected = dcpp::by_cp_size{}.buckets(pr, work);
+  const dcpp::bucket_list& list = source; // the conversion a bucket_list parameter uses
+  CHECK(calls == 1);
+  CHECK(source.made());
+  CHECK(list == expected);
+  // the range view reads the same list without making it again
+  REQUIRE(source.size() == expected.size());
+  std::size_t i = 0;
+  for (const auto& bucket : source)
+    CHECK(bucket == expected[i++]);
+  CHECK(source[0] == expected[0]);
+  CHECK_FALSE(source.empty());
+  CHECK(&source.get() == &list);
+  CHECK(calls == 1);
+
+  const dcpp::bucket_source ready(expected);
+  CHECK(ready.made());
+  CHECK(&ready.get() == &expected);
+}
+
+TEST_CASE("bucketing: an error of the maker reaches the reader, and the next read retries") {
+  int calls = 0;
+  const auto failing = [&]() -> dcpp::bucket_list {
+    if (++calls == 1)
+      throw std::runtime_error("bucketing failed");
+    return {{0}};
+  };
+  const dcpp::bucket_source source(failing);
+  CHECK_THROWS_WITH_AS((void)source.get(), "bucketing failed", std::runtime_error);
+  CHECK_FALSE(source.made());
+  CHECK(source.get() == dcpp::bucket_list{{0}});
+  CHECK(calls == 2);
 }

@@ -32,6 +32,15 @@ struct lossy_bucketing {
   }
 };
 
+// by_cp_size, counting its calls.
+struct counting_bucketing {
+  int* calls = nullptr;
+  dcpp::bucket_list buckets(const dcpp::problem& p, std::span<const double> work) const {
+    ++*calls;
+    return dcpp::by_cp_size{}.buckets(p, work);
+  }
+};
+
 // A packing policy with a bug: everything in one cp-1 group.
 struct overfull_packing {
   static constexpr std::string_view name = "overfull";
@@ -99,6 +108,32 @@ TEST_CASE("planner: a bucketing policy that loses a sample is an error naming it
   const dcpp::planner<dcpp::megatron_cost, lossy_bucketing> p(opts(4, 1000));
   const std::vector<std::int64_t> lengths{10, 20, 30};
   CHECK_THROWS_WITH_AS((void)p.make_plan(lengths), "bucketing policy lost sample 2", dcpp::error);
+}
+
+TEST_CASE("planner: the bucketing runs only when the packing policy reads the buckets") {
+  const auto small = dcpp::workload::sft_lognormal(200, 3);
+  const auto large = dcpp::workload::sft_lognormal(4096, 3);
+  int calls = 0;
+  const counting_bucketing counting{&calls};
+  using counted_balanced = dcpp::planner<dcpp::transformer_cost, counting_bucketing>;
+  const counted_balanced balanced_planner(opts(64, 8192), {}, counting);
+  // a small batch runs the megatron construction, which reads them
+  (void)balanced_planner.make_plan(small);
+  CHECK(calls == 1);
+  // 4,096 x 64 is past the megatron limit: balanced does not read them, and plans as always
+  const auto p = balanced_planner.make_plan(large);
+  CHECK(calls == 1);
+  CHECK(dcpp::plan_hash(p) == dcpp::plan_hash(dcpp::planner<>(opts(64, 8192)).make_plan(large)));
+  // a policy whose pack takes a bucket_list always reads them
+  const dcpp::planner<dcpp::transformer_cost, counting_bucketing, dcpp::megatron_greedy> greedy(
+      opts(64, 8192), {}, counting);
+  (void)greedy.make_plan(large);
+  CHECK(calls == 2);
+  // and a lossy bucketing policy fails wherever its buckets are read, never silently
+  const dcpp::planner<dcpp::transformer_cost, lossy_bucketing, dcpp::megatron_greedy> lossy(
+      opts(64, 8192));
+  CHECK_THROWS_WITH_AS((void)lossy.make_plan(large),
+                       doctest::Contains("bucketing policy lost sample 4095"), dcpp::error);
 }
 
 TEST_CASE("planner: an invalid plan from a packing policy is caught by validate") {

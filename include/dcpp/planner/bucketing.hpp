@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <numeric>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "dcpp/core/sort.hpp"
@@ -23,6 +24,50 @@ template <class B>
 concept bucketing_policy = std::copyable<B> &&
     requires(const B& b, const problem& p, std::span<const double> work) {
   { b.buckets(p, work) } -> std::same_as<bucket_list>;
+};
+
+//! The buckets of one batch as the planner hands them to a packing policy: made by the
+//! bucketing policy (and checked) the first time anyone reads them, so that a policy which does
+//! not look at them in this batch (`balanced` past its megatron limit) does not pay for them.
+//! Converts to `const bucket_list&`, so a policy whose `pack` takes a `bucket_list` receives
+//! the made list; it is also a read-only range of buckets. Holds a reference to its maker (or
+//! to a ready list), which must outlive it; not copyable, not thread-safe.
+class bucket_source {
+public:
+  //! Buckets made by `make()` on first use.
+  template <class Make>
+  requires std::same_as<std::invoke_result_t<const Make&>, bucket_list>
+  explicit bucket_source(const Make& make)
+      : maker_(&make), call_([](const void* m) { return (*static_cast<const Make*>(m))(); }) {}
+  //! Buckets already made.
+  explicit bucket_source(const bucket_list& ready) : ready_(&ready) {}
+  bucket_source(const bucket_source&) = delete;
+  bucket_source& operator=(const bucket_source&) = delete;
+
+  [[nodiscard]] const bucket_list& get() const {
+    if (ready_ == nullptr) {
+      made_ = call_(maker_);
+      ready_ = &made_;
+    }
+    return *ready_;
+  }
+  operator const bucket_list&() const { return get(); } // NOLINT: implicit by design
+  //! Whether the buckets have been made (a ready list counts as made).
+  [[nodiscard]] bool made() const noexcept { return ready_ != nullptr; }
+
+  [[nodiscard]] auto begin() const { return get().begin(); }
+  [[nodiscard]] auto end() const { return get().end(); }
+  [[nodiscard]] std::size_t size() const { return get().size(); }
+  [[nodiscard]] bool empty() const { return get().empty(); }
+  [[nodiscard]] const std::vector<std::int32_t>& operator[](std::size_t i) const {
+    return get()[i];
+  }
+
+private:
+  const void* maker_ = nullptr;
+  bucket_list (*call_)(const void*) = nullptr;
+  mutable bucket_list made_;
+  mutable const bucket_list* ready_ = nullptr;
 };
 
 namespace detail {

@@ -20,10 +20,14 @@ namespace dcpp {
 //! `plan::microbatches` (the planner canonicalises, evaluates and validates what it returns);
 //! `name` identifies it in outputs. A policy may also offer `check(problem) -> status` for
 //! conditions of its own (e.g. a fixed CP size too small for the longest sample).
+//! The planner passes the buckets as a `bucket_source` (made on first read, converts to
+//! `const bucket_list&`): a `pack` taking `const bucket_list&` accepts both.
 template <class P, class E>
 concept packing_policy = std::copyable<P> && workload_estimator<E> &&
-    requires(const P& p, const problem& pr, const E& e, const bucket_list& buckets) {
+    requires(const P& p, const problem& pr, const E& e, const bucket_list& buckets,
+             const bucket_source& source) {
   { p.pack(pr, e, buckets) } -> std::same_as<plan>;
+  { p.pack(pr, e, source) } -> std::same_as<plan>;
   { P::name } -> std::convertible_to<std::string_view>;
 };
 

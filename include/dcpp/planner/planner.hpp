@@ -72,11 +72,17 @@ public:
     if constexpr (requires { packing_.check(pr); })
       throw_if_failed(packing_.check(pr));
     tabulate_costs(pr, estimator_);
-    std::vector<double> work(pr.size());
-    for (std::size_t i = 0; i < pr.size(); ++i)
-      work[i] = sample_cost(pr, estimator_, i, pr.min_cp_of[i]);
-    const bucket_list buckets = bucketing_.buckets(pr, work);
-    throw_if_failed(check_buckets(buckets, pr.size()));
+    // the bucketing policy runs when the packing policy first reads the buckets; its output is
+    // checked then (a policy may not read them: balanced past its megatron limit)
+    const auto make_buckets = [&] {
+      std::vector<double> work(pr.size());
+      for (std::size_t i = 0; i < pr.size(); ++i)
+        work[i] = sample_cost(pr, estimator_, i, pr.min_cp_of[i]);
+      bucket_list buckets = bucketing_.buckets(pr, work);
+      throw_if_failed(check_buckets(buckets, pr.size()));
+      return buckets;
+    };
+    const bucket_source buckets(make_buckets);
     plan p = packing_.pack(pr, estimator_, buckets);
     if constexpr (requires { estimator_.name(); })
       p.estimator = estimator_.name();

@@ -92,6 +92,12 @@ struct balanced {
 
   template <workload_estimator Estimator>
   plan pack(const problem& pr, const Estimator& estimator, const bucket_list& buckets) const {
+    return pack(pr, estimator, bucket_source(buckets));
+  }
+  //! Reads the buckets only where a construction uses them (megatron, targeted, static; past
+  //! the limits only the megatron fallback): the planner then skips the bucketing.
+  template <workload_estimator Estimator>
+  plan pack(const problem& pr, const Estimator& estimator, const bucket_source& buckets) const {
     return detail::balanced_engine<Estimator>(pr, estimator, *this).run(buckets);
   }
 };
@@ -204,7 +210,7 @@ public:
                             : std::int64_t{n_} * world_ < policy.wide_search_limit ? 64
                                                                                    : 8) {}
 
-  plan run(const bucket_list& buckets) {
+  plan run(const bucket_source& buckets) {
     choose_cp_sizes();
     const std::vector<std::int32_t> base_cp = cp_;
     const std::vector<double> base_cost = cost_;
