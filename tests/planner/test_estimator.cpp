@@ -2,7 +2,9 @@
 #include "../support.hpp"
 
 #include <array>
+#include <bit>
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "dcpp/planner/calibrated_cost.hpp"
@@ -78,6 +80,36 @@ TEST_CASE("transformer_cost: spreading costs area only through exposed communica
   for (std::int32_t cp : {1, 4, 32})
     for (std::int64_t l = 64; l < 200000; l = l * 3 / 2)
       CHECK(e.cost(l, cp) <= e.cost(l + 1, cp));
+}
+
+TEST_CASE("transformer_cost: a row of costs has the bits of cost(), every preset and size") {
+  std::vector<std::int32_t> sizes(1024);
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    sizes[i] = static_cast<std::int32_t>(i + 1); // powers of two (scaled) and the rest (cost)
+  std::mt19937_64 rng(29);
+  std::vector<std::int64_t> lengths{1, 2, 3, 127, 128, 4095, 4096, 131072, 1 << 22, 9999999};
+  for (int i = 0; i < 40; ++i)
+    lengths.push_back(static_cast<std::int64_t>(
+        1 + rng() % (std::uint64_t{1} << (1 + rng() % 23)))); // log-spread over 1..2^23
+  std::vector<double> row(sizes.size());
+  for (const auto& model : dcpp::model_presets)
+    for (const auto& device : dcpp::device_presets) {
+      const dcpp::transformer_cost e(model, device);
+      for (const std::int64_t length : lengths) {
+        e.costs(length, sizes, row);
+        for (std::size_t i = 0; i < sizes.size(); ++i) {
+          INFO(model.name << "@" << device.name << " length " << length << " cp " << sizes[i]);
+          REQUIRE(std::bit_cast<std::uint64_t>(row[i]) ==
+                  std::bit_cast<std::uint64_t>(e.cost(length, sizes[i])));
+        }
+      }
+    }
+  // a shorter output span is filled as far as it goes
+  const dcpp::transformer_cost e;
+  std::vector<double> two(2, -1.0);
+  e.costs(4096, sizes, two);
+  CHECK(two[0] == e.cost(4096, 1));
+  CHECK(two[1] == e.cost(4096, 2));
 }
 
 TEST_CASE("transformer_cost: presets by name") {

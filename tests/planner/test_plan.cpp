@@ -4,6 +4,7 @@
 #include "../helpers.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -13,6 +14,11 @@
 #include "dcpp/workload/generators.hpp"
 
 namespace {
+// transformer_cost without its row hook: the table is filled by cost() alone
+struct cost_only {
+  dcpp::transformer_cost model;
+  double cost(std::int64_t length, std::int32_t cp) const { return model.cost(length, cp); }
+};
 dcpp::plan_options opts(std::int32_t n, std::int64_t m) {
   return dcpp_test::options(n, m);
 }
@@ -182,6 +188,13 @@ TEST_CASE("plan: the cost table holds the estimator's bits; sample_cost falls ba
       }
     CHECK(dcpp::sample_cost(pr, e, 0, o.world_size + 1) == e.cost(pr.lengths[0], o.world_size + 1));
     CHECK(dcpp::lower_bound(pr, e) == untabulated);
+    // the row hook (transformer_cost::costs) fills the table cost() by cost() would, bit for bit
+    auto by_cost = dcpp::make_problem(o, lengths);
+    dcpp::tabulate_costs(by_cost, cost_only{e});
+    REQUIRE(by_cost.costs.size() == pr.costs.size());
+    CHECK(std::memcmp(by_cost.costs.data(), pr.costs.data(), pr.costs.size() * sizeof(double)) ==
+          0);
+    CHECK(by_cost.cost_row == pr.cost_row);
     // over the entry limit: no table, the same answers
     dcpp::tabulate_costs(pr, e, 1);
     CHECK(pr.costs.empty());

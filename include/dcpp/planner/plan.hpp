@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,8 @@ struct plan {
 //! enough to live in cache (`max_entries` rows x sizes; measured: 4,096 SFT samples on 64 ranks
 //! plan faster with it, and a 65,536 x 11 per-sample table made 65,536 samples on 1,024 ranks
 //! slower than calling the transformer model): otherwise `sample_cost` calls the estimator.
+//! An estimator may offer `costs(length, sizes, out)` filling a row at once; it must give the
+//! bits of `cost` (transformer_cost does, with a fifth of the divisions).
 template <workload_estimator Estimator>
 void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_entries = 1 << 17) {
   const std::size_t levels = pr.cp_sizes.size();
@@ -81,34 +84,46 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
   pr.cost_row.clear();
   if (levels == 0 || pr.size() == 0)
     return;
-  // rows by first occurrence of each length (open addressing on the length)
+  // rows by first occurrence of each length (open addressing on the length, kept in the slot)
   std::size_t slots = 16;
   while (slots < 2 * pr.size())
     slots *= 2;
-  std::vector<std::int32_t> slot_row(slots, -1);
+  struct slot {
+    std::int64_t length = -1;
+    std::int32_t row = -1;
+  };
+  std::vector<slot> table(slots);
   std::vector<std::size_t> row_sample; // a sample of each row's length
   std::vector<std::int32_t> rows(pr.size());
   for (std::size_t s = 0; s < pr.size(); ++s) {
-    const auto key = static_cast<std::uint64_t>(pr.lengths[s]);
+    const std::int64_t length = pr.lengths[s];
+    const auto key = static_cast<std::uint64_t>(length);
     std::size_t h = static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ULL) >> 20) & (slots - 1);
-    while (slot_row[h] >= 0 &&
-           pr.lengths[row_sample[static_cast<std::size_t>(slot_row[h])]] != pr.lengths[s])
+    while (table[h].row >= 0 && table[h].length != length)
       h = (h + 1) & (slots - 1);
-    if (slot_row[h] < 0) {
+    if (table[h].row < 0) {
       if ((row_sample.size() + 1) * levels > max_entries)
         return; // too large to pay: no table
-      slot_row[h] = static_cast<std::int32_t>(row_sample.size());
+      table[h] = {length, static_cast<std::int32_t>(row_sample.size())};
       row_sample.push_back(s);
     }
-    rows[s] = slot_row[h];
+    rows[s] = table[h].row;
   }
   pr.costs.assign(row_sample.size() * levels, std::numeric_limits<double>::quiet_NaN());
+  const std::span<const std::int32_t> sizes(pr.cp_sizes);
   for (std::size_t r = 0; r < row_sample.size(); ++r) {
     const std::size_t s = row_sample[r];
-    for (std::size_t l = 0; l < levels; ++l)
-      if (pr.cp_sizes[l] >= pr.min_cp_of[s])
-        pr.costs[r * levels + l] =
-            static_cast<double>(estimator.cost(pr.lengths[s], pr.cp_sizes[l]));
+    // the sizes at or above the smallest: from its level on (sizes ascend)
+    const auto first =
+        static_cast<std::size_t>(pr.level_of_cp[static_cast<std::size_t>(pr.min_cp_of[s])]);
+    double* row = pr.costs.data() + r * levels;
+    if constexpr (requires(std::span<double> out) { estimator.costs(pr.lengths[s], sizes, out); }) {
+      estimator.costs(pr.lengths[s], sizes.subspan(first),
+                      std::span<double>(row + first, levels - first));
+    } else {
+      for (std::size_t l = first; l < levels; ++l)
+        row[l] = static_cast<double>(estimator.cost(pr.lengths[s], pr.cp_sizes[l]));
+    }
   }
   pr.cost_row = std::move(rows);
 }

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -106,6 +107,42 @@ public:
     const double exposed = std::max(0.0, forward_step - step_compute) +
                            std::max(0.0, backward_step - 2.5 * step_compute);
     return linear + attention + (c - 1.0) * model_.layers * exposed;
+  }
+
+  //! `out[i] = cost(length, sizes[i])` bit for bit (the planner's cost table asks for a row at
+  //! once), with the divisions done once per length: at a power-of-two size every term is the
+  //! one-rank term times a power of two, and scaling by a power of two is exact, so it commutes
+  //! with every rounding here. Other sizes go through `cost`.
+  void costs(std::int64_t length, std::span<const std::int32_t> sizes,
+             std::span<double> out) const noexcept {
+    const double l = static_cast<double>(length);
+    const double linear_one = linear_flops_per_token_ * l / device_.matmul_flops;
+    const double forward_one = attention_flops_per_token2_ * l * l / device_.attention_flops;
+    const double step_compute_one = forward_one / model_.layers;
+    const double transfer_one = kv_bytes_per_token_ * l / device_.link_bytes_per_second;
+    for (std::size_t i = 0; i < sizes.size() && i < out.size(); ++i) {
+      const std::int32_t cp = sizes[i];
+      if (cp <= 0 || (cp & (cp - 1)) != 0) {
+        out[i] = cost(length, cp);
+        continue;
+      }
+      const double inverse = std::bit_cast<double>(
+          (std::uint64_t{1023} -
+           static_cast<std::uint64_t>(std::countr_zero(static_cast<std::uint32_t>(cp))))
+          << 52);
+      const double linear = linear_one * inverse;
+      const double attention = 3.5 * (forward_one * inverse);
+      if (cp == 1) {
+        out[i] = linear + attention;
+        continue;
+      }
+      const double step_compute = step_compute_one * inverse * inverse;
+      const double forward_step = device_.link_latency + transfer_one * inverse;
+      const double backward_step = device_.link_latency + 2.0 * transfer_one * inverse;
+      const double exposed = std::max(0.0, forward_step - step_compute) +
+                             std::max(0.0, backward_step - 2.5 * step_compute);
+      out[i] = linear + attention + (static_cast<double>(cp) - 1.0) * model_.layers * exposed;
+    }
   }
 
   //! Fixed seconds per micro-batch (`device_spec::microbatch_overhead`).
