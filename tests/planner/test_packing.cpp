@@ -363,6 +363,42 @@ TEST_CASE("balanced: the heavy-sample variant keeps the best plan and lifts long
   }
 }
 
+TEST_CASE("balanced: the cost table changes no plan") {
+  // with a table, work shared by the samples of one length is done once per length (CP choice,
+  // the levelled order: one sample per length sorted, its row's samples listed after it);
+  // without one, per sample. Batches with many repeated lengths (rollouts piled at the cap,
+  // short-only) and few (log-normal), aligned and contiguous, below and past the limits.
+  const dcpp::transformer_cost e;
+  struct batch {
+    std::int32_t world;
+    std::vector<std::int64_t> lengths;
+    dcpp::topology topology;
+  };
+  const std::vector<batch> batches = {
+      {24, w::rl_rollouts(333, 3), dcpp::topology::aligned},
+      {64, w::sft_lognormal(2500, 5), dcpp::topology::aligned},
+      {48, w::short_only(1001, 7), dcpp::topology::contiguous},
+      {32, w::long_tail(777, 9), dcpp::topology::contiguous},
+      {64, w::rl_rollouts(4099, 11), dcpp::topology::aligned},
+  };
+  for (const auto& b : batches) {
+    CAPTURE(b.world);
+    CAPTURE(b.lengths.size());
+    dcpp::plan_options o = options_for(b.world, 8192);
+    o.group_topology = b.topology;
+    auto tabulated = dcpp::make_problem(o, b.lengths);
+    dcpp::tabulate_costs(tabulated, e);
+    REQUIRE_FALSE(tabulated.costs.empty());
+    REQUIRE(tabulated.costs.size() / tabulated.cp_sizes.size() < b.lengths.size()); // shared rows
+    const auto direct = dcpp::make_problem(o, b.lengths);
+    const std::vector<double> work(b.lengths.size(), 1.0);
+    const auto buckets = dcpp::by_cp_size{}.buckets(direct, work);
+    const auto a = dcpp::balanced{}.pack(tabulated, e, buckets);
+    const auto c = dcpp::balanced{}.pack(direct, e, buckets);
+    CHECK(a.microbatches == c.microbatches);
+  }
+}
+
 TEST_CASE("balanced: the indexed heap keeps the order of an ordered set of (key, id)") {
   dcpp::workload::rng r(29);
   dcpp::detail::indexed_heap<double> heap;

@@ -682,10 +682,38 @@ private:
       out.min_tokens = std::min(out.min_tokens, t);
       out.rank_tokens += t * cp_[us];
     }
-    sort_ids_by_key(order, [&](std::int32_t a) {
+    const auto key = [&](std::int32_t a) {
       const auto u = static_cast<std::size_t>(a);
       return std::pair(-per_token[u], -pr_.lengths[u]);
-    });
+    };
+    if (pr_.cost_row.empty()) {
+      sort_ids_by_key(order, key);
+    } else {
+      // Samples of one row (one length) share the key (one size and cost per row): sort one
+      // sample of each row, then list each row's samples in ascending id, which is where a
+      // sort of every sample by (key, id) puts them (rows differ in length, so in key).
+      const std::size_t rows = pr_.costs.size() / pr_.cp_sizes.size();
+      std::vector<std::int32_t> start(rows + 1, 0);
+      for (const std::int32_t r : pr_.cost_row)
+        ++start[static_cast<std::size_t>(r) + 1];
+      for (std::size_t r = 0; r < rows; ++r)
+        start[r + 1] += start[r];
+      std::vector<std::int32_t> members(static_cast<std::size_t>(n_));
+      std::vector<std::int32_t> next(start.begin(), start.end() - 1);
+      for (std::int32_t s = 0; s < n_; ++s)
+        members[static_cast<std::size_t>(
+            next[static_cast<std::size_t>(pr_.cost_row[static_cast<std::size_t>(s)])]++)] = s;
+      std::vector<std::int32_t> firsts(rows);
+      for (std::size_t r = 0; r < rows; ++r)
+        firsts[r] = members[static_cast<std::size_t>(start[r])];
+      sort_ids_by_key(firsts, key);
+      std::size_t k = 0;
+      for (const std::int32_t f : firsts) {
+        const auto r = static_cast<std::size_t>(pr_.cost_row[static_cast<std::size_t>(f)]);
+        for (auto m = start[r]; m < start[r + 1]; ++m)
+          order[k++] = members[static_cast<std::size_t>(m)];
+      }
+    }
     out.slots.resize(static_cast<std::size_t>(n_));
     for (std::size_t k = 0; k < order.size(); ++k) {
       const auto u = static_cast<std::size_t>(order[k]);
