@@ -179,6 +179,17 @@ TEST_CASE("plan: the cost table holds the estimator's bits; sample_cost falls ba
     REQUIRE(pr.cost_row.size() == pr.size());
     REQUIRE(pr.costs.size() % pr.cp_sizes.size() == 0);
     REQUIRE(pr.costs.size() <= pr.size() * pr.cp_sizes.size());
+    // rows by first occurrence: row r's first sample is row_sample[r]
+    REQUIRE(pr.row_sample.size() * pr.cp_sizes.size() == pr.costs.size());
+    std::vector<std::int32_t> first_seen;
+    for (std::size_t s = 0; s < pr.size(); ++s) {
+      const auto row = static_cast<std::size_t>(pr.cost_row[s]);
+      CHECK(pr.lengths[s] == pr.lengths[static_cast<std::size_t>(pr.row_sample[row])]);
+      if (row == first_seen.size())
+        first_seen.push_back(static_cast<std::int32_t>(s));
+      CHECK(row < first_seen.size());
+    }
+    CHECK(first_seen == pr.row_sample);
     for (std::size_t s = 0; s < pr.size(); ++s)
       for (const std::int32_t cp : pr.cp_sizes) {
         INFO("sample " << s << " cp " << cp);
@@ -198,6 +209,8 @@ TEST_CASE("plan: the cost table holds the estimator's bits; sample_cost falls ba
     // over the entry limit: no table, the same answers
     dcpp::tabulate_costs(pr, e, 1);
     CHECK(pr.costs.empty());
+    CHECK(pr.cost_row.empty());
+    CHECK(pr.row_sample.empty());
     CHECK(dcpp::sample_cost(pr, e, 0, pr.cp_sizes.back()) ==
           e.cost(pr.lengths[0], pr.cp_sizes.back()));
   }

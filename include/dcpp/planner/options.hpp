@@ -141,8 +141,10 @@ struct problem {
   //! samples of one length share a row, `cost_row[s]`; `costs[row * cp_sizes.size() + level]`
   //! for every legal size at or above the length's smallest. Read through `sample_cost`, which
   //! calls the estimator when the table is empty; the values are the estimator's own (same bits).
+  //! Rows are numbered by first occurrence: `row_sample[r]` is the first sample of row r.
   std::vector<double> costs;
   std::vector<std::int32_t> cost_row;
+  std::vector<std::int32_t> row_sample;
 
   [[nodiscard]] std::size_t size() const noexcept { return lengths.size(); }
   //! The row of `costs` for `sample`'s length (indexed by level), or nullptr without a table.

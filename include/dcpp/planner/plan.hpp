@@ -82,6 +82,7 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
   const std::size_t levels = pr.cp_sizes.size();
   pr.costs.clear();
   pr.cost_row.clear();
+  pr.row_sample.clear();
   if (levels == 0 || pr.size() == 0)
     return;
   // rows by first occurrence of each length (open addressing on the length, kept in the slot)
@@ -93,7 +94,7 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
     std::int32_t row = -1;
   };
   std::vector<slot> table(slots);
-  std::vector<std::size_t> row_sample; // a sample of each row's length
+  std::vector<std::int32_t> row_sample; // the first sample of each row's length
   std::vector<std::int32_t> rows(pr.size());
   for (std::size_t s = 0; s < pr.size(); ++s) {
     const std::int64_t length = pr.lengths[s];
@@ -105,14 +106,14 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
       if ((row_sample.size() + 1) * levels > max_entries)
         return; // too large to pay: no table
       table[h] = {length, static_cast<std::int32_t>(row_sample.size())};
-      row_sample.push_back(s);
+      row_sample.push_back(static_cast<std::int32_t>(s));
     }
     rows[s] = table[h].row;
   }
   pr.costs.assign(row_sample.size() * levels, std::numeric_limits<double>::quiet_NaN());
   const std::span<const std::int32_t> sizes(pr.cp_sizes);
   for (std::size_t r = 0; r < row_sample.size(); ++r) {
-    const std::size_t s = row_sample[r];
+    const auto s = static_cast<std::size_t>(row_sample[r]);
     // the sizes at or above the smallest: from its level on (sizes ascend)
     const auto first =
         static_cast<std::size_t>(pr.level_of_cp[static_cast<std::size_t>(pr.min_cp_of[s])]);
@@ -126,6 +127,7 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
     }
   }
   pr.cost_row = std::move(rows);
+  pr.row_sample = std::move(row_sample);
 }
 
 //! `estimator.cost(length of sample s, cp)`, from the problem's table when it holds the entry.
@@ -199,15 +201,15 @@ double lower_bound(const problem& pr, const Estimator& estimator) {
     }
   } else {
     // once per row (samples of one length share it), summed in sample order as above
-    const std::size_t rows = pr.costs.size() / levels;
-    std::vector<std::pair<double, double>> best(rows, {-1.0, 0.0});
-    for (std::size_t i = 0; i < pr.size(); ++i) {
-      const auto row = static_cast<std::size_t>(pr.cost_row[i]);
-      if (best[row].first < 0)
-        best[row] = best_of(i, pr.cost_row_of(i));
-      area += best[row].first;
-      longest = std::max(longest, best[row].second);
+    std::vector<double> row_area(pr.row_sample.size());
+    for (std::size_t r = 0; r < pr.row_sample.size(); ++r) {
+      const auto first = static_cast<std::size_t>(pr.row_sample[r]);
+      const auto [a, t] = best_of(first, pr.cost_row_of(first));
+      row_area[r] = a;
+      longest = std::max(longest, t);
     }
+    for (const std::int32_t row : pr.cost_row)
+      area += row_area[static_cast<std::size_t>(row)];
   }
   return std::max(area / pr.options.world_size, longest) +
          min_microbatches(pr) * microbatch_overhead(estimator);

@@ -369,33 +369,35 @@ private:
   void choose_cp_sizes() {
     cp_.resize(static_cast<std::size_t>(n_));
     cost_.resize(static_cast<std::size_t>(n_));
-    // samples of one length (one row of the cost table) get the same choice: made once per row
-    std::vector<std::int32_t> first_of_row(
-        pr_.cost_row.empty() ? 0 : pr_.costs.size() / pr_.cp_sizes.size(), -1);
-    for (std::int32_t s = 0; s < n_; ++s) {
-      if (!pr_.cost_row.empty()) {
-        auto& first =
-            first_of_row[static_cast<std::size_t>(pr_.cost_row[static_cast<std::size_t>(s)])];
-        if (first >= 0) {
-          cp_[static_cast<std::size_t>(s)] = cp_[static_cast<std::size_t>(first)];
-          cost_[static_cast<std::size_t>(s)] = cost_[static_cast<std::size_t>(first)];
-          continue;
-        }
-        first = s;
-      }
-      // the sample's row of the cost table, read directly (every ladder size is tabulated)
-      const double* row = pr_.cost_row_of(static_cast<std::size_t>(s));
+    // the least-area size of sample s, read from `row` (its row of the cost table) or the
+    // estimator; a larger group only for a real saving, not for rounding noise in cost * cp
+    const auto least_area = [&](std::int32_t s, const double* row) {
+      std::pair<std::int32_t, double> pick{pr_.min_cp_of[static_cast<std::size_t>(s)],
+                                           std::numeric_limits<double>::infinity()};
       double best = std::numeric_limits<double>::infinity();
       for (const std::int32_t c : ladder(s)) {
         const double w = row != nullptr ? row[level_of(c)] : cost(s, c);
-        // a larger group only for a real saving, not for rounding noise in cost * cp
         if (w * c < best * (1.0 - 1e-9)) {
           best = w * c;
-          cp_[static_cast<std::size_t>(s)] = c;
-          cost_[static_cast<std::size_t>(s)] = w;
+          pick = {c, w};
         }
       }
+      return pick;
+    };
+    if (pr_.cost_row.empty()) {
+      for (std::int32_t s = 0; s < n_; ++s)
+        std::tie(cp_[static_cast<std::size_t>(s)], cost_[static_cast<std::size_t>(s)]) =
+            least_area(s, nullptr);
+      return;
     }
+    // samples of one length (one row of the cost table) get the same choice: made once per row
+    std::vector<std::pair<std::int32_t, double>> by_row(pr_.row_sample.size());
+    for (std::size_t r = 0; r < by_row.size(); ++r) {
+      const std::int32_t first = pr_.row_sample[r];
+      by_row[r] = least_area(first, pr_.cost_row_of(static_cast<std::size_t>(first)));
+    }
+    for (std::size_t s = 0; s < static_cast<std::size_t>(n_); ++s)
+      std::tie(cp_[s], cost_[s]) = by_row[static_cast<std::size_t>(pr_.cost_row[s])];
   }
 
   [[nodiscard]] std::int32_t initial_microbatches() const {
@@ -692,7 +694,7 @@ private:
       // Samples of one row (one length) share the key (one size and cost per row): sort one
       // sample of each row, then list each row's samples in ascending id, which is where a
       // sort of every sample by (key, id) puts them (rows differ in length, so in key).
-      const std::size_t rows = pr_.costs.size() / pr_.cp_sizes.size();
+      const std::size_t rows = pr_.row_sample.size();
       std::vector<std::int32_t> start(rows + 1, 0);
       for (const std::int32_t r : pr_.cost_row)
         ++start[static_cast<std::size_t>(r) + 1];
@@ -703,9 +705,7 @@ private:
       for (std::int32_t s = 0; s < n_; ++s)
         members[static_cast<std::size_t>(
             next[static_cast<std::size_t>(pr_.cost_row[static_cast<std::size_t>(s)])]++)] = s;
-      std::vector<std::int32_t> firsts(rows);
-      for (std::size_t r = 0; r < rows; ++r)
-        firsts[r] = members[static_cast<std::size_t>(start[r])];
+      std::vector<std::int32_t> firsts = pr_.row_sample;
       sort_ids_by_key(firsts, key);
       std::size_t k = 0;
       for (const std::int32_t f : firsts) {
