@@ -256,11 +256,19 @@ public:
     // levelled, at the area-minimal CP sizes (the order and the rest of its start are the same
     // for every reach: worked out once)
     std::optional<levelled_start> start;
+    const bool variants = (policy_.constructions & balanced::construct_levelled) != 0 &&
+                          std::int64_t{n_} * world_ <= policy_.levelled_variants_limit;
     if ((policy_.constructions & balanced::construct_levelled) != 0 || !with_megatron) {
       cp_ = base_cp;
       cost_ = base_cost;
       start = levelled_inputs();
-      build_levelled(*start, static_cast<std::int64_t>(allowed), 1.05);
+      // the variants start from the same slots: a copy for them, else the slots themselves
+      std::vector<levelled_slot> slots;
+      if (variants)
+        slots = start->slots;
+      else
+        slots = std::move(start->slots);
+      build_levelled(std::move(slots), *start, static_cast<std::int64_t>(allowed), 1.05);
       if (!with_megatron && static_cast<std::size_t>(k_) > allowed) {
         // more rounds than allowed: Megatron's count is the reference after all
         const plan levelled = emit();
@@ -272,12 +280,12 @@ public:
     }
     // levelled with a narrower and a wider area reach, and with heavy samples kept apart (not
     // past the variants limit; heavy_share <= 0 turns the last one off)
-    if ((policy_.constructions & balanced::construct_levelled) != 0 &&
-        std::int64_t{n_} * world_ <= policy_.levelled_variants_limit) {
+    if (variants) {
       const auto levelled_variant = [&](double reach_area, double heavy_share) {
         cp_ = base_cp;
         cost_ = base_cost;
-        build_levelled(*start, static_cast<std::int64_t>(allowed), reach_area, heavy_share);
+        build_levelled(start->slots, *start, static_cast<std::int64_t>(allowed), reach_area,
+                       heavy_share);
         consider();
       };
       levelled_variant(1.0, 0.0);
@@ -766,11 +774,11 @@ private:
   //! sample opens a group on free ranks while there are some, then joins the least-loaded group
   //! with token room of its CP size or of a larger one where it costs at most `reach_area` times
   //! its rank area, or waits for the next round. With `heavy_share > 0` a sample costing more
-  //! than that share of the round's level joins no group (it only opens one). Starts from the
-  //! sizes `start` was made at; leaves the sizes and costs it chose in cp_ and cost_.
-  void build_levelled(const levelled_start& start, std::int64_t rounds_allowed, double reach_area,
-                      double heavy_share = 0.0) {
-    std::vector<levelled_slot> slots = start.slots;
+  //! than that share of the round's level joins no group (it only opens one). Starts from
+  //! `slots` (`start.slots` or a copy: the samples at the sizes `start` was made at); leaves the
+  //! sizes and costs it chose in cp_ and cost_.
+  void build_levelled(std::vector<levelled_slot> slots, const levelled_start& start,
+                      std::int64_t rounds_allowed, double reach_area, double heavy_share = 0.0) {
     // positions in `slots` of the samples not placed yet, in order
     std::vector<std::int32_t> remaining(slots.size());
     std::iota(remaining.begin(), remaining.end(), 0);
