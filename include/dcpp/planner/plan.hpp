@@ -171,10 +171,10 @@ inline std::int32_t min_microbatches(const problem& pr) {
   return round_up(k, pr.options.microbatch_multiple);
 }
 
-//! `LB = max( sum_i min_c c*cost(L_i,c) / N , max_i min_c cost(L_i,c) )` over the feasible c,
-//! plus the estimator's micro-batch overhead for the fewest micro-batches any plan needs.
+namespace detail {
+//! `lower_bound` with the fewest micro-batches `k_min` (= min_microbatches(pr)) given.
 template <workload_estimator Estimator>
-double lower_bound(const problem& pr, const Estimator& estimator) {
+double lower_bound(const problem& pr, const Estimator& estimator, std::int32_t k_min) {
   const std::size_t levels = pr.cp_sizes.size();
   // (least rank area, least time) of sample i over its feasible sizes
   const auto best_of = [&](std::size_t i, const double* row) {
@@ -211,8 +211,15 @@ double lower_bound(const problem& pr, const Estimator& estimator) {
     for (const std::int32_t row : pr.cost_row)
       area += row_area[static_cast<std::size_t>(row)];
   }
-  return std::max(area / pr.options.world_size, longest) +
-         min_microbatches(pr) * microbatch_overhead(estimator);
+  return std::max(area / pr.options.world_size, longest) + k_min * microbatch_overhead(estimator);
+}
+} // namespace detail
+
+//! `LB = max( sum_i min_c c*cost(L_i,c) / N , max_i min_c cost(L_i,c) )` over the feasible c,
+//! plus the estimator's micro-batch overhead for the fewest micro-batches any plan needs.
+template <workload_estimator Estimator>
+double lower_bound(const problem& pr, const Estimator& estimator) {
+  return detail::lower_bound(pr, estimator, min_microbatches(pr));
 }
 
 //! A lower bound that also counts the token budget (DESIGN.md's `lower_bound` ignores it), for
@@ -316,9 +323,16 @@ void evaluate(plan& p, const problem& pr, const Estimator& estimator) {
     for (auto& g : mb.groups) {
       g.tokens = 0;
       g.time = 0;
+      // the group's column of the cost table (-1: none), looked up once for its samples
+      const auto ucp = static_cast<std::size_t>(g.cp);
+      const std::int32_t level =
+          pr.costs.empty() || ucp >= pr.level_of_cp.size() ? -1 : pr.level_of_cp[ucp];
       for (const std::int32_t s : g.samples) {
-        g.tokens += pr.rank_tokens(static_cast<std::size_t>(s), g.cp);
-        g.time += sample_cost(pr, estimator, static_cast<std::size_t>(s), g.cp);
+        const auto us = static_cast<std::size_t>(s);
+        g.tokens += pr.rank_tokens(us, g.cp);
+        g.time += level >= 0 && g.cp >= pr.min_cp_of[us]
+                      ? pr.cost_row_of(us)[level] // what sample_cost reads
+                      : sample_cost(pr, estimator, us, g.cp);
       }
       mb.time = std::max(mb.time, g.time);
       load_sum += g.time * g.cp;
@@ -331,13 +345,14 @@ void evaluate(plan& p, const problem& pr, const Estimator& estimator) {
   }
   step += static_cast<double>(p.microbatches.size()) * microbatch_overhead(estimator);
   p.metrics.estimated_step_time = step;
-  p.metrics.lower_bound = lower_bound(pr, estimator);
+  const std::int32_t k_min = min_microbatches(pr);
+  p.metrics.lower_bound = detail::lower_bound(pr, estimator, k_min);
   p.metrics.efficiency = step > 0 ? p.metrics.lower_bound / step : 1.0;
   p.metrics.max_rank_load = load_max;
   const double slots = static_cast<double>(p.microbatches.size()) * p.world_size;
   p.metrics.mean_rank_load = slots > 0 ? load_sum / slots : 0.0;
   p.metrics.idle_rank_slots = idle;
-  p.metrics.min_microbatches = min_microbatches(pr);
+  p.metrics.min_microbatches = k_min;
 }
 
 //! 64-bit FNV-1a over the plan's canonical integer content (world, budget, lengths, groups).
