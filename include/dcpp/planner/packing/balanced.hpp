@@ -665,6 +665,7 @@ private:
     double per_token = 0;        // work per rank token at the area-minimal size
     const double* row = nullptr; // the sample's cost-table row (nullptr: no table)
     std::int64_t length = 0;
+    std::int64_t tokens = 0; // per rank at `cp`
     std::int32_t id = 0;
     std::int32_t cp = 1;
     std::int32_t min_cp = 1;
@@ -732,6 +733,7 @@ private:
       x.length = pr_.lengths[u];
       x.id = order[k];
       x.cp = cp_[u];
+      x.tokens = slot_tokens(x, x.cp);
       x.min_cp = pr_.min_cp_of[u];
     }
     return out;
@@ -765,6 +767,7 @@ private:
       slack -= price;
       x.cp = c;
       x.cost = w;
+      x.tokens = slot_tokens(x, c);
       if (w <= level)
         break;
     }
@@ -809,10 +812,11 @@ private:
       }
       return x.reach;
     };
-    // (c is on x's ladder: the doublings from c are the ladder's sizes from c on)
-    const auto fits_somewhere = [&](levelled_slot& x, std::int32_t c) {
-      for (const std::int32_t c2 : cp_ladder{c, reach_of(x, c)})
-        if (room[level_of(c2)] >= slot_tokens(x, c2))
+    // at x's size or a larger one of its search (the doublings from x.cp are its ladder's
+    // sizes from there on)
+    const auto fits_somewhere = [&](levelled_slot& x) {
+      for (const std::int32_t c2 : cp_ladder{x.cp, reach_of(x, x.cp)})
+        if (room[level_of(c2)] >= (c2 == x.cp ? x.tokens : slot_tokens(x, c2)))
           return true;
       return false;
     };
@@ -837,7 +841,7 @@ private:
         double work = 0;
         for (std::size_t k = 0; k < remaining.size() && filled < capacity; ++k) {
           const levelled_slot& x = slots[static_cast<std::size_t>(remaining[k])];
-          const std::int64_t t = slot_tokens(x, x.cp) * x.cp;
+          const std::int64_t t = x.tokens * x.cp;
           filled += t;
           work += x.per_token * static_cast<double>(t);
         }
@@ -866,7 +870,7 @@ private:
         const double level = std::max(level_cost, round_max);
         for (std::size_t j = remaining.size(); j-- > i;) {
           levelled_slot& x = slots[static_cast<std::size_t>(remaining[j])];
-          if (x.cost > level || fits_somewhere(x, x.cp))
+          if (x.cost > level || fits_somewhere(x))
             return false;
         }
         return true;
@@ -891,7 +895,7 @@ private:
         std::int32_t chosen_cp = c;
         if (const auto first = mb.free_block(o_, c)) {
           chosen = mb.open(*first, c);
-        } else if (!(heavy_share > 0 && x.cost > heavy_share * level) && fits_somewhere(x, c)) {
+        } else if (!(heavy_share > 0 && x.cost > heavy_share * level) && fits_somewhere(x)) {
           // the least-loaded group with token room (among the first few by load, else the one
           // with the most room), of this CP size or of a larger one where the sample costs at
           // most `reach_area` times the rank area (5% more, or the variants' 0% and 10%)
@@ -899,7 +903,7 @@ private:
           double best = std::numeric_limits<double>::infinity();
           for (const std::int32_t c2 : cp_ladder{c, x.reach}) {
             const double w2 = c2 == c ? x.cost : slot_cost(x, c2);
-            const std::int64_t t2 = slot_tokens(x, c2);
+            const std::int64_t t2 = c2 == c ? x.tokens : slot_tokens(x, c2);
             const std::size_t l = level_of(c2);
             const auto* roomiest = by_tokens[l].top();
             if (roomiest == nullptr || roomiest->first + t2 > budget_)
@@ -928,10 +932,11 @@ private:
         if (chosen_cp != c) {
           x.cp = chosen_cp;
           x.cost = slot_cost(x, chosen_cp);
+          x.tokens = slot_tokens(x, chosen_cp);
         }
         const std::size_t l = level_of(chosen_cp);
         auto& g = mb.groups()[static_cast<std::size_t>(chosen)];
-        mb.add(chosen, x.id, slot_tokens(x, chosen_cp), x.cost);
+        mb.add(chosen, x.id, x.tokens, x.cost);
         round_max = std::max(round_max, g.load);
         by_load[l].set(g.load, chosen);
         by_tokens[l].set(g.tokens, chosen);
@@ -1077,13 +1082,23 @@ private:
     for (std::int32_t m = 0; m < k_; ++m)
       total += mb_max_[static_cast<std::size_t>(m)];
     eps_ = 1e-12 * std::max(total, 1e-300);
+    // improve_round is a function of the state, which only a move changes: a round that found
+    // nothing is not examined again until a move has been made somewhere
+    std::uint64_t moves = 0;
+    std::vector<std::uint64_t> idle_since(static_cast<std::size_t>(k_), ~std::uint64_t{0});
     for (std::int32_t sweep = 0; sweep < policy_.improvement_sweeps; ++sweep) {
       bool improved = false;
       for (std::int32_t m = 0; m < k_; ++m) {
+        auto& idle = idle_since[static_cast<std::size_t>(m)];
+        if (idle == moves)
+          continue;
         for (std::int32_t step = 0; step < 4 * world_; ++step) {
-          if (!improve_round(m))
+          if (!improve_round(m)) {
+            idle = moves;
             break;
+          }
           improved = true;
+          ++moves;
         }
       }
       if (!improved)
