@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "dcpp/planner/bucketing.hpp"
@@ -150,6 +151,13 @@ TEST_CASE("bucketing: a bucket_source makes its buckets once, on first read") {
   const dcpp::bucket_source ready(expected);
   CHECK(ready.made());
   CHECK(&ready.get() == &expected);
+
+  // it holds references: a temporary maker or list would dangle, so neither is accepted
+  static_assert(std::is_constructible_v<dcpp::bucket_source, const dcpp::bucket_list&>);
+  static_assert(std::is_constructible_v<dcpp::bucket_source, dcpp::bucket_list&>);
+  static_assert(!std::is_constructible_v<dcpp::bucket_source, dcpp::bucket_list&&>);
+  static_assert(std::is_constructible_v<dcpp::bucket_source, decltype(make)&>);
+  static_assert(!std::is_constructible_v<dcpp::bucket_source, decltype(make)&&>);
 }
 
 TEST_CASE("bucketing: an error of the maker reaches the reader, and the next read retries") {

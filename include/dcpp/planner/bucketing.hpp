@@ -41,6 +41,9 @@ public:
       : maker_(&make), call_([](const void* m) { return (*static_cast<const Make*>(m))(); }) {}
   //! Buckets already made.
   explicit bucket_source(const bucket_list& ready) : ready_(&ready) {}
+  // a temporary maker or list would be gone before the buckets are read
+  template <class Make>
+  requires(!std::is_lvalue_reference_v<Make>) explicit bucket_source(Make&&) = delete;
   bucket_source(const bucket_source&) = delete;
   bucket_source& operator=(const bucket_source&) = delete;
 

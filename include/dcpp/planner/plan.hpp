@@ -130,17 +130,28 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
   pr.row_sample = std::move(row_sample);
 }
 
+namespace detail {
+//! The column of `cp` in the problem's cost table, -1 without a table or for a size that is not
+//! legal (a plan under validation).
+inline std::int32_t cost_column(const problem& pr, std::int32_t cp) noexcept {
+  const auto ucp = static_cast<std::size_t>(cp);
+  return pr.costs.empty() || ucp >= pr.level_of_cp.size() ? -1 : pr.level_of_cp[ucp];
+}
+//! `sample_cost` with `column = cost_column(pr, cp)` given (loops over one size look it up once).
+template <workload_estimator Estimator>
+double sample_cost_in(const problem& pr, const Estimator& estimator, std::size_t s, std::int32_t cp,
+                      std::int32_t column) {
+  if (column < 0 || cp < pr.min_cp_of[s]) // not tabulated: the estimator
+    return static_cast<double>(estimator.cost(pr.lengths[s], cp));
+  return pr.cost_row_of(s)[column];
+}
+} // namespace detail
+
 //! `estimator.cost(length of sample s, cp)`, from the problem's table when it holds the entry.
 template <workload_estimator Estimator>
 inline double sample_cost(const problem& pr, const Estimator& estimator, std::size_t s,
                           std::int32_t cp) {
-  if (pr.costs.empty())
-    return static_cast<double>(estimator.cost(pr.lengths[s], cp));
-  const auto ucp = static_cast<std::size_t>(cp);
-  const std::int32_t level = ucp < pr.level_of_cp.size() ? pr.level_of_cp[ucp] : -1;
-  if (level < 0 || cp < pr.min_cp_of[s]) // not a tabulated size: a plan under validation
-    return static_cast<double>(estimator.cost(pr.lengths[s], cp));
-  return pr.cost_row_of(s)[level];
+  return detail::sample_cost_in(pr, estimator, s, cp, detail::cost_column(pr, cp));
 }
 
 //! Sorts groups by first rank and each group's samples ascending: the canonical form that makes
@@ -323,16 +334,11 @@ void evaluate(plan& p, const problem& pr, const Estimator& estimator) {
     for (auto& g : mb.groups) {
       g.tokens = 0;
       g.time = 0;
-      // the group's column of the cost table (-1: none), looked up once for its samples
-      const auto ucp = static_cast<std::size_t>(g.cp);
-      const std::int32_t level =
-          pr.costs.empty() || ucp >= pr.level_of_cp.size() ? -1 : pr.level_of_cp[ucp];
+      const std::int32_t column = detail::cost_column(pr, g.cp); // once for its samples
       for (const std::int32_t s : g.samples) {
         const auto us = static_cast<std::size_t>(s);
         g.tokens += pr.rank_tokens(us, g.cp);
-        g.time += level >= 0 && g.cp >= pr.min_cp_of[us]
-                      ? pr.cost_row_of(us)[level] // what sample_cost reads
-                      : sample_cost(pr, estimator, us, g.cp);
+        g.time += detail::sample_cost_in(pr, estimator, us, g.cp, column);
       }
       mb.time = std::max(mb.time, g.time);
       load_sum += g.time * g.cp;
