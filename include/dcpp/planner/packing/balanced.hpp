@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -11,6 +12,7 @@
 #include <set>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -104,56 +106,59 @@ struct balanced {
 
 namespace detail {
 
-//! A binary min-heap of (key, id) entries, at most one per id, with the ids' positions, so that
-//! a key changes in place (no stale entries). Ordered like a std::set of (key, id) pairs: `top`
-//! is its first entry and `visit` walks its first entries in order without changing the heap.
+//! A binary min-heap of (key, id) entries, at most one per id (ids >= 0), with the ids'
+//! positions, so that a key changes in place (no stale entries). Ordered like a std::set of
+//! (key, id) pairs: `top` is its first entry and `visit` walks its first entries in order
+//! without changing the heap. Keys are double (not NaN) or a signed integer type.
 template <class Key>
 class indexed_heap {
 public:
   using entry = std::pair<Key, std::int32_t>;
   void clear() noexcept {
-    for (const entry& e : heap_)
-      pos_[static_cast<std::size_t>(e.second)] = -1;
-    heap_.clear();
+    for (std::size_t i = 0; i < size_; ++i)
+      pos_[id_of(heap_[i])] = -1;
+    heap_.assign(1, sentinel);
+    size_ = 0;
   }
   //! Inserts id with `key`, or moves it to `key`.
   void set(Key key, std::int32_t id) {
+    DCPP_EXPECTS(id >= 0);
     const auto uid = static_cast<std::size_t>(id);
     if (uid >= pos_.size())
       pos_.resize(uid + 1, -1);
+    const packed e = pack(key, id);
     if (pos_[uid] < 0) {
-      heap_.emplace_back(key, id);
-      pos_[uid] = static_cast<std::int32_t>(heap_.size() - 1);
-      up(heap_.size() - 1);
+      heap_.push_back(sentinel);
+      up(size_++, e);
       return;
     }
     const auto i = static_cast<std::size_t>(pos_[uid]);
-    const entry old = heap_[i];
-    heap_[i].first = key;
-    if (before(heap_[i], old))
-      up(i);
+    if (e < heap_[i])
+      up(i, e);
     else
-      down(i);
+      down(i, e);
   }
-  [[nodiscard]] const entry* top() const noexcept {
-    return heap_.empty() ? nullptr : &heap_.front();
+  [[nodiscard]] std::optional<entry> top() const noexcept {
+    if (size_ == 0)
+      return std::nullopt;
+    return unpack(heap_.front());
   }
   //! Calls `f(entry)` on at most `limit` entries in ascending order until it returns true
   //! (best-first walk of the heap's tree).
   template <class F>
   void visit(std::int32_t limit, F&& f) {
     frontier_.clear();
-    if (!heap_.empty())
+    if (size_ > 0)
       frontier_.push_back(0);
-    const auto later = [this](std::size_t a, std::size_t b) { return before(heap_[b], heap_[a]); };
+    const auto later = [this](std::size_t a, std::size_t b) { return heap_[b] < heap_[a]; };
     for (std::int32_t visited = 0; visited < limit && !frontier_.empty(); ++visited) {
       std::pop_heap(frontier_.begin(), frontier_.end(), later);
       const std::size_t i = frontier_.back();
       frontier_.pop_back();
-      if (f(heap_[i]))
+      if (f(unpack(heap_[i])))
         return;
       for (const std::size_t child : {2 * i + 1, 2 * i + 2})
-        if (child < heap_.size()) {
+        if (child < size_) {
           frontier_.push_back(child);
           std::push_heap(frontier_.begin(), frontier_.end(), later);
         }
@@ -161,40 +166,69 @@ public:
   }
 
 private:
-  //! `a < b` as pairs, without branches: the sift loops compare random keys, whose outcomes a
-  //! branch predictor often misses (measured: the levelled construction's heap updates at 4,096
-  //! samples on 64 ranks 784 -> 735 kcycles; the rest is the sift's data movement).
-  static bool before(const entry& a, const entry& b) noexcept {
-    return (a.first < b.first) | ((a.first == b.first) & (a.second < b.second));
+  // An entry as one 128-bit unsigned integer: the key's bits made order-preserving in the high
+  // half, the id in the low half, so that comparing (key, id) pairs is one integer comparison
+  // (measured: the pair comparison, double then id, was the largest single cost of the levelled
+  // construction's heap updates).
+  __extension__ using packed = unsigned __int128;
+  static constexpr std::uint64_t sign = std::uint64_t{1} << 63;
+  // after the last entry, above every entry (ids are below 2^31): a node's second child always
+  // exists, so the sift picks the smaller child without a bounds test
+  static constexpr packed sentinel = ~packed{0};
+  static std::uint64_t ordered_bits(Key key) noexcept {
+    if constexpr (std::is_floating_point_v<Key>) {
+      static_assert(sizeof(Key) == sizeof(std::uint64_t));
+      // +0.0 for -0.0 (they compare equal as keys); negative keys: all bits flipped
+      const auto bits = std::bit_cast<std::uint64_t>(key + Key{0});
+      return (bits & sign) != 0 ? ~bits : bits | sign;
+    } else {
+      static_assert(std::is_integral_v<Key> && std::is_signed_v<Key> && sizeof(Key) <= 8);
+      return static_cast<std::uint64_t>(static_cast<std::int64_t>(key)) ^ sign;
+    }
   }
-  void place(std::size_t i, const entry& e) {
+  static Key key_of_bits(std::uint64_t bits) noexcept {
+    if constexpr (std::is_floating_point_v<Key>)
+      return std::bit_cast<Key>((bits & sign) != 0 ? bits & ~sign : ~bits);
+    else
+      return static_cast<Key>(static_cast<std::int64_t>(bits ^ sign));
+  }
+  static packed pack(Key key, std::int32_t id) noexcept {
+    return (packed{ordered_bits(key)} << 64) | static_cast<std::uint32_t>(id);
+  }
+  static std::size_t id_of(packed e) noexcept {
+    return static_cast<std::size_t>(static_cast<std::uint32_t>(e));
+  }
+  static entry unpack(packed e) noexcept {
+    return {key_of_bits(static_cast<std::uint64_t>(e >> 64)), static_cast<std::int32_t>(id_of(e))};
+  }
+  void place(std::size_t i, packed e) {
     heap_[i] = e;
-    pos_[static_cast<std::size_t>(e.second)] = static_cast<std::int32_t>(i);
+    pos_[id_of(e)] = static_cast<std::int32_t>(i);
   }
-  void up(std::size_t i) {
-    const entry e = heap_[i];
-    while (i > 0 && before(e, heap_[(i - 1) / 2])) {
+  void up(std::size_t i, packed e) {
+    while (i > 0 && e < heap_[(i - 1) / 2]) {
       place(i, heap_[(i - 1) / 2]);
       i = (i - 1) / 2;
     }
     place(i, e);
   }
-  void down(std::size_t i) {
-    const entry e = heap_[i];
+  void down(std::size_t i, packed e) {
     for (;;) {
       std::size_t c = 2 * i + 1;
-      if (c >= heap_.size())
+      if (c >= size_)
         break;
-      c += static_cast<std::size_t>((c + 1 < heap_.size()) &
-                                    before(heap_[c + 1 < heap_.size() ? c + 1 : c], heap_[c]));
-      if (!before(heap_[c], e))
+      // the smaller child (the sentinel at size_ is never smaller), without a branch: random
+      // keys defeat the branch predictor
+      c += static_cast<std::size_t>(heap_[c + 1] < heap_[c]);
+      if (!(heap_[c] < e))
         break;
       place(i, heap_[c]);
       i = c;
     }
     place(i, e);
   }
-  std::vector<entry> heap_;
+  std::vector<packed> heap_ = std::vector<packed>(1, sentinel); // size_ entries, then sentinel
+  std::size_t size_ = 0;
   std::vector<std::int32_t> pos_; // id -> index in heap_, -1 when absent
   std::vector<std::size_t> frontier_;
 };
@@ -849,7 +883,7 @@ private:
       }
       auto room_left = [&] {
         for (std::size_t l = 0; l < levels; ++l)
-          if (const auto* t = by_tokens[l].top(); t != nullptr && budget_ - t->first >= min_tokens)
+          if (const auto t = by_tokens[l].top(); t && budget_ - t->first >= min_tokens)
             return true;
         return false;
       };
@@ -905,8 +939,8 @@ private:
             const double w2 = c2 == c ? x.cost : slot_cost(x, c2);
             const std::int64_t t2 = c2 == c ? x.tokens : slot_tokens(x, c2);
             const std::size_t l = level_of(c2);
-            const auto* roomiest = by_tokens[l].top();
-            if (roomiest == nullptr || roomiest->first + t2 > budget_)
+            const auto roomiest = by_tokens[l].top();
+            if (!roomiest || roomiest->first + t2 > budget_)
               continue;
             std::int32_t found = roomiest->second;
             by_load[l].visit(policy_.candidates_per_level, [&](const auto& e) {
