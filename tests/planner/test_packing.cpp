@@ -434,7 +434,7 @@ void check_indexed_heap(std::uint64_t seed) {
     key[uid] = next;
     reference.emplace(next, id);
     heap.set(next, id);
-    const auto limit = static_cast<std::int32_t>(r.uniform_int(1, 12));
+    const auto limit = static_cast<std::int32_t>(r.uniform_int(0, 12)); // 0: visits none
     const auto stop_at = static_cast<std::int32_t>(r.uniform_int(0, 39));
     std::vector<std::pair<Key, std::int32_t>> seen;
     heap.visit(limit, [&](const auto& e) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "dcpp/planner/estimator.hpp"
@@ -171,47 +172,58 @@ TEST_CASE("plan: the cost table holds the estimator's bits; sample_cost falls ba
     auto o = opts(static_cast<std::int32_t>(8 + seed % 3 * 8), 4096);
     if (seed % 2 == 0)
       o.group_topology = dcpp::topology::contiguous;
-    const auto lengths =
-        dcpp::workload::long_tail(37 + seed * 11, seed, 0.1, dcpp::max_plannable_length(o));
-    auto pr = dcpp::make_problem(o, lengths);
-    const double untabulated = dcpp::lower_bound(pr, e);
-    dcpp::tabulate_costs(pr, e);
-    REQUIRE(pr.cost_row.size() == pr.size());
-    REQUIRE(pr.costs.size() % pr.cp_sizes.size() == 0);
-    REQUIRE(pr.costs.size() <= pr.size() * pr.cp_sizes.size());
-    // rows by first occurrence: row r's first sample is row_sample[r]
-    REQUIRE(pr.row_sample.size() * pr.cp_sizes.size() == pr.costs.size());
-    std::vector<std::int32_t> first_seen;
-    for (std::size_t s = 0; s < pr.size(); ++s) {
-      const auto row = static_cast<std::size_t>(pr.cost_row[s]);
-      CHECK(pr.lengths[s] == pr.lengths[static_cast<std::size_t>(pr.row_sample[row])]);
-      if (row == first_seen.size())
-        first_seen.push_back(static_cast<std::int32_t>(s));
-      CHECK(row < first_seen.size());
-    }
-    CHECK(first_seen == pr.row_sample);
-    for (std::size_t s = 0; s < pr.size(); ++s)
-      for (const std::int32_t cp : pr.cp_sizes) {
-        INFO("sample " << s << " cp " << cp);
-        const double direct = e.cost(pr.lengths[s], cp);
-        // identical bits, also below the sample's smallest size (not tabulated: the estimator)
-        CHECK(dcpp::sample_cost(pr, e, s, cp) == direct);
+    // rows found through a hash of the lengths (long tail: lengths far above the sample count)
+    // and through an array over the length values (short lengths, many repeated)
+    const std::size_t n = 37 + seed * 11;
+    std::vector<std::int64_t> short_lengths(n);
+    dcpp::workload::rng r(seed);
+    for (auto& l : short_lengths)
+      l = r.uniform_int(1, static_cast<std::int64_t>(n));
+    for (const auto& lengths :
+         {dcpp::workload::long_tail(n, seed, 0.1, dcpp::max_plannable_length(o)), short_lengths}) {
+      auto pr = dcpp::make_problem(o, lengths);
+      const double untabulated = dcpp::lower_bound(pr, e);
+      dcpp::tabulate_costs(pr, e);
+      REQUIRE(pr.cost_row.size() == pr.size());
+      REQUIRE(pr.costs.size() % pr.cp_sizes.size() == 0);
+      REQUIRE(pr.costs.size() <= pr.size() * pr.cp_sizes.size());
+      // rows by first occurrence: row r's first sample is row_sample[r]
+      REQUIRE(pr.row_sample.size() * pr.cp_sizes.size() == pr.costs.size());
+      std::vector<std::int32_t> first_seen;
+      for (std::size_t s = 0; s < pr.size(); ++s) {
+        const auto row = static_cast<std::size_t>(pr.cost_row[s]);
+        CHECK(pr.lengths[s] == pr.lengths[static_cast<std::size_t>(pr.row_sample[row])]);
+        if (row == first_seen.size())
+          first_seen.push_back(static_cast<std::int32_t>(s));
+        CHECK(row < first_seen.size());
       }
-    CHECK(dcpp::sample_cost(pr, e, 0, o.world_size + 1) == e.cost(pr.lengths[0], o.world_size + 1));
-    CHECK(dcpp::lower_bound(pr, e) == untabulated);
-    // the row hook (transformer_cost::costs) fills the table cost() by cost() would, bit for bit
-    auto by_cost = dcpp::make_problem(o, lengths);
-    dcpp::tabulate_costs(by_cost, cost_only{e});
-    REQUIRE(by_cost.costs.size() == pr.costs.size());
-    CHECK(std::memcmp(by_cost.costs.data(), pr.costs.data(), pr.costs.size() * sizeof(double)) ==
-          0);
-    CHECK(by_cost.cost_row == pr.cost_row);
-    // over the entry limit: no table, the same answers
-    dcpp::tabulate_costs(pr, e, 1);
-    CHECK(pr.costs.empty());
-    CHECK(pr.cost_row.empty());
-    CHECK(pr.row_sample.empty());
-    CHECK(dcpp::sample_cost(pr, e, 0, pr.cp_sizes.back()) ==
-          e.cost(pr.lengths[0], pr.cp_sizes.back()));
+      CHECK(first_seen == pr.row_sample);
+      // one row per distinct length
+      CHECK(pr.row_sample.size() == std::set<std::int64_t>(lengths.begin(), lengths.end()).size());
+      for (std::size_t s = 0; s < pr.size(); ++s)
+        for (const std::int32_t cp : pr.cp_sizes) {
+          INFO("sample " << s << " cp " << cp);
+          const double direct = e.cost(pr.lengths[s], cp);
+          // identical bits, also below the sample's smallest size (not tabulated: the estimator)
+          CHECK(dcpp::sample_cost(pr, e, s, cp) == direct);
+        }
+      CHECK(dcpp::sample_cost(pr, e, 0, o.world_size + 1) ==
+            e.cost(pr.lengths[0], o.world_size + 1));
+      CHECK(dcpp::lower_bound(pr, e) == untabulated);
+      // the row hook (transformer_cost::costs) fills the table cost() by cost() would, bit for bit
+      auto by_cost = dcpp::make_problem(o, lengths);
+      dcpp::tabulate_costs(by_cost, cost_only{e});
+      REQUIRE(by_cost.costs.size() == pr.costs.size());
+      CHECK(std::memcmp(by_cost.costs.data(), pr.costs.data(), pr.costs.size() * sizeof(double)) ==
+            0);
+      CHECK(by_cost.cost_row == pr.cost_row);
+      // over the entry limit: no table, the same answers
+      dcpp::tabulate_costs(pr, e, 1);
+      CHECK(pr.costs.empty());
+      CHECK(pr.cost_row.empty());
+      CHECK(pr.row_sample.empty());
+      CHECK(dcpp::sample_cost(pr, e, 0, pr.cp_sizes.back()) ==
+            e.cost(pr.lengths[0], pr.cp_sizes.back()));
+    }
   }
 }

@@ -85,7 +85,9 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
   pr.row_sample.clear();
   if (levels == 0 || pr.size() == 0)
     return;
-  // rows by first occurrence of each length (open addressing on the length, kept in the slot)
+  // rows by first occurrence of each length: a row per length value when the lengths are short
+  // enough for that array to be no larger than a hash table of the samples (typical: lengths up
+  // to 32K for 4,096 samples), else open addressing on the length, kept in the slot
   std::size_t slots = 16;
   while (slots < 2 * pr.size())
     slots *= 2;
@@ -93,22 +95,42 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
     std::int64_t length = -1;
     std::int32_t row = -1;
   };
-  std::vector<slot> table(slots);
   std::vector<std::int32_t> row_sample; // the first sample of each row's length
   std::vector<std::int32_t> rows(pr.size());
-  for (std::size_t s = 0; s < pr.size(); ++s) {
-    const std::int64_t length = pr.lengths[s];
-    const auto key = static_cast<std::uint64_t>(length);
-    std::size_t h = static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ULL) >> 20) & (slots - 1);
-    while (table[h].row >= 0 && table[h].length != length)
-      h = (h + 1) & (slots - 1);
-    if (table[h].row < 0) {
-      if ((row_sample.size() + 1) * levels > max_entries)
-        return; // too large to pay: no table
-      table[h] = {length, static_cast<std::int32_t>(row_sample.size())};
-      row_sample.push_back(static_cast<std::int32_t>(s));
+  const auto new_row = [&](std::size_t s) {
+    if ((row_sample.size() + 1) * levels > max_entries)
+      return false; // too large to pay: no table
+    row_sample.push_back(static_cast<std::int32_t>(s));
+    return true;
+  };
+  const std::int64_t longest = *std::max_element(pr.lengths.begin(), pr.lengths.end());
+  if (static_cast<std::uint64_t>(longest) < slots * sizeof(slot) / sizeof(std::int32_t)) {
+    std::vector<std::int32_t> row_of(static_cast<std::size_t>(longest) + 1, -1);
+    for (std::size_t s = 0; s < pr.size(); ++s) {
+      DCPP_EXPECTS(pr.lengths[s] >= 0);
+      std::int32_t& row = row_of[static_cast<std::size_t>(pr.lengths[s])];
+      if (row < 0) {
+        if (!new_row(s))
+          return;
+        row = static_cast<std::int32_t>(row_sample.size() - 1);
+      }
+      rows[s] = row;
     }
-    rows[s] = table[h].row;
+  } else {
+    std::vector<slot> table(slots);
+    for (std::size_t s = 0; s < pr.size(); ++s) {
+      const std::int64_t length = pr.lengths[s];
+      const auto key = static_cast<std::uint64_t>(length);
+      std::size_t h = static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ULL) >> 20) & (slots - 1);
+      while (table[h].row >= 0 && table[h].length != length)
+        h = (h + 1) & (slots - 1);
+      if (table[h].row < 0) {
+        if (!new_row(s))
+          return;
+        table[h] = {length, static_cast<std::int32_t>(row_sample.size() - 1)};
+      }
+      rows[s] = table[h].row;
+    }
   }
   pr.costs.assign(row_sample.size() * levels, std::numeric_limits<double>::quiet_NaN());
   const std::span<const std::int32_t> sizes(pr.cp_sizes);

@@ -147,11 +147,17 @@ public:
   //! (best-first walk of the heap's tree).
   template <class F>
   void visit(std::int32_t limit, F&& f) {
+    // the first entry without the frontier (it is the only one visited most of the time)
+    if (size_ == 0 || limit <= 0 || f(unpack(heap_[0])))
+      return;
     frontier_.clear();
-    if (size_ > 0)
-      frontier_.push_back(0);
     const auto later = [this](std::size_t a, std::size_t b) { return heap_[b] < heap_[a]; };
-    for (std::int32_t visited = 0; visited < limit && !frontier_.empty(); ++visited) {
+    for (const std::size_t child : {std::size_t{1}, std::size_t{2}})
+      if (child < size_) {
+        frontier_.push_back(child);
+        std::push_heap(frontier_.begin(), frontier_.end(), later);
+      }
+    for (std::int32_t visited = 1; visited < limit && !frontier_.empty(); ++visited) {
       std::pop_heap(frontier_.begin(), frontier_.end(), later);
       const std::size_t i = frontier_.back();
       frontier_.pop_back();
@@ -217,12 +223,16 @@ private:
       std::size_t c = 2 * i + 1;
       if (c >= size_)
         break;
-      // the smaller child (the sentinel at size_ is never smaller), without a branch: random
-      // keys defeat the branch predictor
-      c += static_cast<std::size_t>(heap_[c + 1] < heap_[c]);
-      if (!(heap_[c] < e))
+      // the smaller child (the sentinel at size_ is never smaller), selected without a branch
+      // (random keys defeat the branch predictor) and without loading it again
+      const packed left = heap_[c];
+      const packed right = heap_[c + 1];
+      const bool take_right = right < left;
+      const packed child = take_right ? right : left;
+      c += static_cast<std::size_t>(take_right);
+      if (!(child < e))
         break;
-      place(i, heap_[c]);
+      place(i, child);
       i = c;
     }
     place(i, e);
