@@ -29,7 +29,7 @@ public:
     }
     const std::size_t size = (c + 1) * granule;
     if (chunk_left_ < size) {
-      chunks_.push_back(std::make_unique<std::byte[]>(chunk_bytes));
+      chunks_.push_back(std::make_unique_for_overwrite<std::byte[]>(chunk_bytes)); // not zeroed
       chunk_at_ = chunks_.back().get();
       chunk_left_ = chunk_bytes;
     }

@@ -67,7 +67,9 @@ public:
   };
 
   explicit microbatch_state(std::int32_t world_size)
-      : owner_(static_cast<std::size_t>(world_size), -1), free_(world_size) {}
+      : owner_(static_cast<std::size_t>(world_size), -1), free_(world_size) {
+    groups_.reserve(static_cast<std::size_t>(world_size)); // at most one group per rank
+  }
 
   [[nodiscard]] std::int32_t world_size() const noexcept {
     return static_cast<std::int32_t>(owner_.size());

@@ -727,58 +727,80 @@ private:
   [[nodiscard]] levelled_start levelled_inputs() const {
     levelled_start out;
     std::vector<std::int32_t> order(static_cast<std::size_t>(n_));
-    std::vector<double> per_token(static_cast<std::size_t>(n_));
     out.min_tokens = budget_;
-    for (std::int32_t s = 0; s < n_; ++s) {
-      const auto us = static_cast<std::size_t>(s);
-      const std::int64_t t = tokens(s, cp_[us]);
-      order[us] = s;
-      per_token[us] = cost_[us] / static_cast<double>(t);
-      out.min_tokens = std::min(out.min_tokens, t);
-      out.rank_tokens += t * cp_[us];
-    }
-    const auto key = [&](std::int32_t a) {
-      const auto u = static_cast<std::size_t>(a);
-      return std::pair(-per_token[u], -pr_.lengths[u]);
-    };
-    if (pr_.cost_row.empty()) {
-      sort_ids_by_key(order, key);
-    } else {
-      // Samples of one row (one length) share the key (one size and cost per row): sort one
-      // sample of each row, then list each row's samples in ascending id, which is where a
-      // sort of every sample by (key, id) puts them (rows differ in length, so in key).
-      const std::size_t rows = pr_.row_sample.size();
-      std::vector<std::int32_t> start(rows + 1, 0);
-      for (const std::int32_t r : pr_.cost_row)
-        ++start[static_cast<std::size_t>(r) + 1];
-      for (std::size_t r = 0; r < rows; ++r)
-        start[r + 1] += start[r];
-      std::vector<std::int32_t> members(static_cast<std::size_t>(n_));
-      std::vector<std::int32_t> next(start.begin(), start.end() - 1);
-      for (std::int32_t s = 0; s < n_; ++s)
-        members[static_cast<std::size_t>(
-            next[static_cast<std::size_t>(pr_.cost_row[static_cast<std::size_t>(s)])]++)] = s;
-      std::vector<std::int32_t> firsts = pr_.row_sample;
-      sort_ids_by_key(firsts, key);
-      std::size_t k = 0;
-      for (const std::int32_t f : firsts) {
-        const auto r = static_cast<std::size_t>(pr_.cost_row[static_cast<std::size_t>(f)]);
-        for (auto m = start[r]; m < start[r + 1]; ++m)
-          order[k++] = members[static_cast<std::size_t>(m)];
-      }
-    }
     out.slots.resize(static_cast<std::size_t>(n_));
-    for (std::size_t k = 0; k < order.size(); ++k) {
-      const auto u = static_cast<std::size_t>(order[k]);
-      levelled_slot& x = out.slots[k];
+    const auto fill = [&](levelled_slot& x, std::int32_t s, std::int64_t t, double per_token) {
+      const auto u = static_cast<std::size_t>(s);
       x.cost = cost_[u];
-      x.per_token = per_token[u];
+      x.per_token = per_token;
       x.row = pr_.cost_row_of(u);
       x.length = pr_.lengths[u];
-      x.id = order[k];
+      x.id = s;
       x.cp = cp_[u];
-      x.tokens = slot_tokens(x, x.cp);
+      x.tokens = t;
       x.min_cp = pr_.min_cp_of[u];
+    };
+    if (pr_.cost_row.empty()) {
+      std::vector<double> per_token(static_cast<std::size_t>(n_));
+      std::vector<std::int64_t> rank_tokens(static_cast<std::size_t>(n_));
+      for (std::int32_t s = 0; s < n_; ++s) {
+        const auto us = static_cast<std::size_t>(s);
+        const std::int64_t t = tokens(s, cp_[us]);
+        order[us] = s;
+        rank_tokens[us] = t;
+        per_token[us] = cost_[us] / static_cast<double>(t);
+        out.min_tokens = std::min(out.min_tokens, t);
+        out.rank_tokens += t * cp_[us];
+      }
+      sort_ids_by_key(order, [&](std::int32_t a) {
+        const auto u = static_cast<std::size_t>(a);
+        return std::pair(-per_token[u], -pr_.lengths[u]);
+      });
+      for (std::size_t k = 0; k < order.size(); ++k) {
+        const auto u = static_cast<std::size_t>(order[k]);
+        fill(out.slots[k], order[k], rank_tokens[u], per_token[u]);
+      }
+      return out;
+    }
+    // Samples of one row (one length) share size, cost, tokens and so the key (the CP sizes are
+    // chosen per row): worked out and sorted once per row, each row's samples then listed in
+    // ascending id, which is where a sort of every sample by (key, id) puts them (rows differ in
+    // length, so in key).
+    const std::size_t rows = pr_.row_sample.size();
+    std::vector<double> row_per_token(rows);
+    std::vector<std::int64_t> row_tokens(rows);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::int32_t first = pr_.row_sample[r];
+      const auto uf = static_cast<std::size_t>(first);
+      row_tokens[r] = tokens(first, cp_[uf]);
+      row_per_token[r] = cost_[uf] / static_cast<double>(row_tokens[r]);
+      out.min_tokens = std::min(out.min_tokens, row_tokens[r]);
+    }
+    std::vector<std::int32_t> start(rows + 1, 0);
+    for (std::int32_t s = 0; s < n_; ++s) {
+      const auto us = static_cast<std::size_t>(s);
+      const auto r = static_cast<std::size_t>(pr_.cost_row[us]);
+      DCPP_EXPECTS(cp_[us] == cp_[static_cast<std::size_t>(pr_.row_sample[r])]);
+      ++start[r + 1];
+      out.rank_tokens += row_tokens[r] * cp_[us];
+    }
+    for (std::size_t r = 0; r < rows; ++r)
+      start[r + 1] += start[r];
+    std::vector<std::int32_t> members(static_cast<std::size_t>(n_));
+    std::vector<std::int32_t> next(start.begin(), start.end() - 1);
+    for (std::int32_t s = 0; s < n_; ++s)
+      members[static_cast<std::size_t>(
+          next[static_cast<std::size_t>(pr_.cost_row[static_cast<std::size_t>(s)])]++)] = s;
+    std::vector<std::int32_t> firsts = pr_.row_sample;
+    sort_ids_by_key(firsts, [&](std::int32_t a) {
+      const auto u = static_cast<std::size_t>(a);
+      return std::pair(-row_per_token[static_cast<std::size_t>(pr_.cost_row[u])], -pr_.lengths[u]);
+    });
+    std::size_t k = 0;
+    for (const std::int32_t f : firsts) {
+      const auto r = static_cast<std::size_t>(pr_.cost_row[static_cast<std::size_t>(f)]);
+      for (auto m = start[r]; m < start[r + 1]; ++m)
+        fill(out.slots[k++], members[static_cast<std::size_t>(m)], row_tokens[r], row_per_token[r]);
     }
     return out;
   }
