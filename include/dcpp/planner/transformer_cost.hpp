@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "dcpp/core/math.hpp"
 #include "dcpp/error.hpp"
 #include "dcpp/planner/estimator.hpp"
 
@@ -85,11 +86,8 @@ public:
     const double c = static_cast<double>(cp);
     // x / c, as a multiplication by 2^-k when cp = 2^k: the same bits (scaling by a power of two
     // is exact), a third of the divisions of a planner's cost table
-    const bool power_of_two = cp > 0 && (cp & (cp - 1)) == 0;
-    const double inverse = std::bit_cast<double>(
-        (std::uint64_t{1023} - static_cast<std::uint64_t>(std::countr_zero(
-                                   static_cast<std::uint32_t>(power_of_two ? cp : 1))))
-        << 52);
+    const bool power_of_two = is_power_of_two(cp);
+    const double inverse = power_of_two ? inverse_of_power_of_two(cp) : 1.0;
     const auto per_rank = [&](double x) { return power_of_two ? x * inverse : x / c; };
     const double tokens = per_rank(l);
     const double linear = linear_flops_per_token_ * tokens / device_.matmul_flops;
@@ -122,14 +120,11 @@ public:
     const double transfer_one = kv_bytes_per_token_ * l / device_.link_bytes_per_second;
     for (std::size_t i = 0; i < sizes.size() && i < out.size(); ++i) {
       const std::int32_t cp = sizes[i];
-      if (cp <= 0 || (cp & (cp - 1)) != 0) {
+      if (!is_power_of_two(cp)) {
         out[i] = cost(length, cp);
         continue;
       }
-      const double inverse = std::bit_cast<double>(
-          (std::uint64_t{1023} -
-           static_cast<std::uint64_t>(std::countr_zero(static_cast<std::uint32_t>(cp))))
-          << 52);
+      const double inverse = inverse_of_power_of_two(cp);
       const double linear = linear_one * inverse;
       const double attention = 3.5 * (forward_one * inverse);
       if (cp == 1) {
@@ -177,6 +172,13 @@ public:
   }
 
 private:
+  //! 2^-k for cp = 2^k, built from its exponent bits (exact): x * it has the bits of x / cp.
+  static double inverse_of_power_of_two(std::int32_t cp) noexcept {
+    return std::bit_cast<double>((std::uint64_t{1023} - static_cast<std::uint64_t>(std::countr_zero(
+                                                            static_cast<std::uint32_t>(cp))))
+                                 << 52);
+  }
+
   model_shape model_;
   device_spec device_;
   double linear_flops_per_token_ = 0;
