@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 BUILD_DIR=${DCPP_BUILD_DIR:-build}
 # Debian packages the build needs (the CUDA toolkit is optional and not installed here).
 PACKAGES=(meson ninja-build pkg-config g++ libfmt-dev librange-v3-dev doctest-dev
-          nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin clang-format)
+          nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin clang-format ccache)
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 

@@ -234,3 +234,158 @@ TEST_CASE("host_launch: the m16n8k16 warp matrix instruction with the documented
                       [](host_context& ctx) { (void)ctx.mma_m16n8k16<dcpp::half>({}, {}, {}); }),
                   dcpp_test::contract_violation);
 }
+
+namespace {
+//! Element (r, c) of a 16-bit test matrix: distinct and recognisable values.
+std::uint16_t tag(int r, int c) {
+  return static_cast<std::uint16_t>(r * 256 + c);
+}
+std::uint16_t low(std::uint32_t w) {
+  return static_cast<std::uint16_t>(w & 0xffffu);
+}
+std::uint16_t high(std::uint32_t w) {
+  return static_cast<std::uint16_t>(w >> 16);
+}
+} // namespace
+
+TEST_CASE("host_launch: ldmatrix x1/x2/x4 with and without .trans, as the PTX ISA defines it") {
+  // A 32 x 24 tile (row stride 24 elements = 48 bytes) in shared memory; lane 8i + r addresses
+  // row r of matrix i, here matrix i = rows 8i.., columns 8 (i % 2)... as the test chooses.
+  constexpr int rows = 32, cols = 24;
+  struct out_t {
+    std::uint32_t x1[32][1], x2[32][2], x4[32][4], t1[32][1], t4[32][4];
+  } out{};
+  auto origin = [](int m) { return std::pair<int, int>{8 * m, 8 * (m % 3)}; }; // matrix m
+  dcpp::simt::host_launch(
+      launch_shape{{1, 1, 1}, {32, 1, 1}, rows * cols * 2}, [&](host_context& ctx) {
+        auto* s = ctx.shared_array<std::uint16_t>(rows * cols);
+        const unsigned lane = ctx.thread_index().x;
+        for (int i = static_cast<int>(lane); i < rows * cols; i += 32)
+          s[i] = tag(i / cols, i % cols);
+        ctx.sync_warp();
+        const int m = static_cast<int>(lane / 8), r = static_cast<int>(lane % 8);
+        const auto [r0, c0] = origin(m);
+        const void* row = s + (r0 + r) * cols + c0;
+        const auto a = ctx.ldmatrix<1, false>(row);
+        const auto b = ctx.ldmatrix<2, false>(row);
+        const auto c = ctx.ldmatrix<4, false>(row);
+        const auto d = ctx.ldmatrix<1, true>(row);
+        const auto e = ctx.ldmatrix<4, true>(row);
+        out.x1[lane][0] = a.x[0], out.t1[lane][0] = d.x[0];
+        for (int i = 0; i < 2; ++i)
+          out.x2[lane][i] = b.x[i];
+        for (int i = 0; i < 4; ++i)
+          out.x4[lane][i] = c.x[i], out.t4[lane][i] = e.x[i];
+      });
+  // The ISA's figure: "thread 0 holds (row 0, cols 0-1), thread 1 (row 0, cols 2-3), ... thread
+  // 4 (row 1, cols 0-1)": enumerate the matrix's 64 elements in row-major order, two per thread.
+  for (int m = 0; m < 4; ++m) {
+    const auto [r0, c0] = origin(m);
+    for (int element = 0; element < 64; element += 2) {
+      const int lane = element / 2, r = element / 8, c = element % 8;
+      if (m < 1) {
+        CHECK(low(out.x1[lane][m]) == tag(r0 + r, c0 + c));
+        CHECK(high(out.x1[lane][m]) == tag(r0 + r, c0 + c + 1));
+        // .trans: the same walk over the transposed matrix
+        CHECK(low(out.t1[lane][m]) == tag(r0 + c, c0 + r));
+        CHECK(high(out.t1[lane][m]) == tag(r0 + c + 1, c0 + r));
+      }
+      if (m < 2) {
+        CHECK(low(out.x2[lane][m]) == tag(r0 + r, c0 + c));
+        CHECK(high(out.x2[lane][m]) == tag(r0 + r, c0 + c + 1));
+      }
+      CHECK(low(out.x4[lane][m]) == tag(r0 + r, c0 + c));
+      CHECK(high(out.x4[lane][m]) == tag(r0 + r, c0 + c + 1));
+      CHECK(low(out.t4[lane][m]) == tag(r0 + c, c0 + r));
+      CHECK(high(out.t4[lane][m]) == tag(r0 + c + 1, c0 + r));
+    }
+  }
+}
+
+TEST_CASE("host_launch: ldmatrix gives the mma fragments (A by x4, B by x2 and x2.trans)") {
+  // A 16x16 row-major tile at rows 0.., B stored as N x K (x2: B(k, n) = S[n][k]) and as K x N
+  // (x2.trans: B(k, n) = S[k][n]); the loaded registers must hold the elements mma_a_coord and
+  // mma_b_coord name.
+  constexpr int ld = 24; // padded row stride (elements), 48 bytes
+  std::uint32_t fa[32][4], fb[32][2], fbt[32][2];
+  dcpp::simt::host_launch(
+      launch_shape{{1, 1, 1}, {32, 1, 1}, 3 * 16 * ld * 2}, [&](host_context& ctx) {
+        auto* s = ctx.shared_array<std::uint16_t>(3 * 16 * ld);
+        const unsigned lane = ctx.thread_index().x;
+        for (int i = static_cast<int>(lane); i < 3 * 16 * ld; i += 32)
+          s[i] = tag(i / ld, i % ld);
+        ctx.sync_warp();
+        const int l = static_cast<int>(lane);
+        // A: lanes 0-15 rows 0-15 at column 0, lanes 16-31 at column 8
+        const auto a = ctx.ldmatrix<4, false>(s + (l % 16) * ld + 8 * (l / 16));
+        // B as N x K (rows 16..23 = n, columns = k): lanes 0-7 k 0-7, 8-15 k 8-15
+        const auto b = ctx.ldmatrix<2, false>(s + (16 + l % 8) * ld + 8 * ((l / 8) % 2));
+        // B as K x N (rows 32..47 = k, columns = n)
+        const auto bt = ctx.ldmatrix<2, true>(s + (32 + l % 16) * ld);
+        for (int i = 0; i < 4; ++i)
+          fa[lane][i] = a.x[i];
+        for (int i = 0; i < 2; ++i)
+          fb[lane][i] = b.x[i], fbt[lane][i] = bt.x[i];
+      });
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    for (int e = 0; e < 8; ++e) {
+      const auto at = dcpp::simt::mma_a_coord(lane, e);
+      const std::uint32_t w = fa[lane][e / 2];
+      CHECK((e % 2 == 0 ? low(w) : high(w)) == tag(at.row, at.col));
+    }
+    for (int e = 0; e < 4; ++e) {
+      const auto bt = dcpp::simt::mma_b_coord(lane, e);
+      CHECK((e % 2 == 0 ? low(fb[lane][e / 2]) : high(fb[lane][e / 2])) ==
+            tag(16 + bt.col, bt.row));
+      CHECK((e % 2 == 0 ? low(fbt[lane][e / 2]) : high(fbt[lane][e / 2])) ==
+            tag(32 + bt.row, bt.col));
+    }
+  }
+  // a misaligned row address of a used lane is a contract violation
+  CHECK_THROWS_AS(dcpp::simt::host_launch(launch_shape{{1, 1, 1}, {32, 1, 1}, 64},
+                                          [](host_context& ctx) {
+                                            auto* s = ctx.shared_array<std::uint16_t>(32);
+                                            (void)ctx.ldmatrix<1, false>(s + 1);
+                                          }),
+                  dcpp_test::contract_violation);
+}
+
+TEST_CASE("host_launch: cp.async copies land at the wait that covers their group") {
+  std::vector<std::uint32_t> global(64);
+  std::iota(global.begin(), global.end(), 1000u);
+  std::vector<std::uint32_t> seen(6 * 4);
+  dcpp::simt::host_launch(launch_shape{{1, 1, 1}, {1, 1, 1}, 4 * 16}, [&](host_context& ctx) {
+    auto* s = ctx.shared_array<std::uint32_t>(16);
+    for (int i = 0; i < 16; ++i)
+      s[i] = 7;
+    ctx.cp_async_16(s, global.data(), true); // group 0
+    ctx.cp_async_commit();
+    ctx.cp_async_16(s + 4, global.data() + 4, true);  // group 1
+    ctx.cp_async_16(s + 8, global.data() + 8, false); // group 1, zero fill
+    ctx.cp_async_commit();
+    ctx.cp_async_16(s + 12, global.data() + 12, true); // not committed yet
+    seen[0] = s[0];                                    // nothing landed: 7
+    ctx.cp_async_wait<1>();                            // group 0 complete
+    seen[1] = s[0], seen[2] = s[4];
+    ctx.cp_async_wait<0>(); // group 1 complete, the uncommitted copy still pending
+    seen[3] = s[4], seen[4] = s[8], seen[5] = s[12];
+    ctx.cp_async_commit();
+    ctx.cp_async_wait<0>();
+    seen[6] = s[12], seen[7] = s[15];
+  });
+  CHECK(seen[0] == 7);
+  CHECK(seen[1] == 1000);
+  CHECK(seen[2] == 7);
+  CHECK(seen[3] == 1004);
+  CHECK(seen[4] == 0);
+  CHECK(seen[5] == 7);
+  CHECK(seen[6] == 1012);
+  CHECK(seen[7] == 1015);
+  // misaligned addresses are contract violations (the device faults)
+  CHECK_THROWS_AS(dcpp::simt::host_launch(launch_shape{{1, 1, 1}, {1, 1, 1}, 64},
+                                          [&](host_context& ctx) {
+                                            auto* s = ctx.shared_array<std::uint32_t>(16);
+                                            ctx.cp_async_16(s, global.data() + 1, true);
+                                          }),
+                  dcpp_test::contract_violation);
+}

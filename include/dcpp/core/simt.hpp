@@ -14,6 +14,16 @@
 //                                thread gets the same pointer when all call it in the same order
 //   mma_m16n8k16<T>(a, b, c)     D = A B + C on the warp's tensor cores (T: half or bfloat16,
 //                                fp32 accumulate), fragments laid out as below
+//   cp_async_16(dst, src, valid) asynchronous copy of 16 bytes from global `src` to shared `dst`
+//                                (both 16-byte aligned); zeros instead when `valid` is false
+//                                (cp.async.cg with src-size 0: `src` is not read)
+//   cp_async_commit()            closes the calling thread's group of copies issued so far
+//   cp_async_wait<N>()           waits until at most the N newest committed groups of the calling
+//                                thread are pending; other threads' copies need a barrier after
+//   ldmatrix<M, Trans>(row)      ldmatrix.sync.aligned.m8n8.x{M}{.trans}.shared.b16: lanes
+//                                8i..8i+7 give the 16-byte rows of matrix i (M = 1, 2, 4); lane l
+//                                gets, per matrix, the two elements of row l/4, columns 2(l%4)
+//                                and +1 (Trans: column l/4, rows 2(l%4) and +1), low half first
 // Shuffles need all 32 lanes of the warp (blocks are multiples of 32 threads where they are used).
 #pragma once
 
@@ -52,6 +62,11 @@ struct mma_accumulator {
 };
 struct mma_coord {
   int row, col;
+};
+//! What ldmatrix returns: one register per 8x8 matrix.
+template <int M>
+struct ldmatrix_fragment {
+  std::uint32_t x[M];
 };
 
 //! (row, k) of element e (0..7) of lane's A fragment: rows g and g+8, columns 2t, 2t+1 and +8.

@@ -195,8 +195,18 @@ public:
   template <class T>
   inline mma_accumulator mma_m16n8k16(const mma_a_fragment& a, const mma_b_fragment& b,
                                       const mma_accumulator& c);
+  inline void cp_async_16(void* dst, const void* src, bool valid);
+  inline void cp_async_commit();
+  template <int N>
+  void cp_async_wait() {
+    static_assert(N >= 0, "cp.async.wait_group takes a non-negative count");
+    complete_copies(N);
+  }
+  template <int M, bool Trans>
+  inline ldmatrix_fragment<M> ldmatrix(const void* row);
 
 private:
+  inline void complete_copies(int keep_groups);
   friend class detail::block_runner;
   template <class T, class Source>
   inline T exchange(T value, Source source);
@@ -205,6 +215,7 @@ private:
   unsigned id_ = 0;
   index3 thread_, block_, block_dim_, grid_dim_;
   std::size_t shared_offset_ = 0;
+  int committed_groups_ = 0; // cp.async groups this thread committed
 };
 
 namespace detail {
@@ -229,6 +240,7 @@ public:
     for (std::size_t i = 0; i < threads_; ++i)
       fibers_.push_back(std::make_unique<fiber>(stack));
     warp_arrived_.assign(warps_, 0);
+    copies_.resize(threads_);
   }
 
   //! Runs block `b` to completion; throws on deadlock or when a thread threw.
@@ -238,6 +250,8 @@ public:
     block_arrived_ = 0;
     done_ = 0;
     std::fill(warp_arrived_.begin(), warp_arrived_.end(), 0u);
+    for (auto& c : copies_)
+      c.clear();
     const index3 dim = shape_.block;
     for (std::size_t i = 0; i < threads_; ++i) {
       fiber& f = *fibers_[i];
@@ -310,6 +324,18 @@ public:
     if (mma_.empty())
       mma_.resize(warps_ * mma_floats);
     return &mma_[warp * mma_floats];
+  }
+
+  //! A cp.async copy not yet performed: it lands at the wait that covers its group, so a read
+  //! before that wait sees the poisoned shared memory, as it may on the device.
+  struct pending_copy {
+    void* dst;
+    const void* src;
+    int group;
+    bool valid;
+  };
+  [[nodiscard]] std::vector<pending_copy>& copies(unsigned id) noexcept {
+    return copies_[id];
   }
 
   static constexpr std::size_t slot_bytes = 32; // a shuffle value
@@ -398,6 +424,7 @@ private:
   std::vector<unsigned char> slots_;
   std::vector<float> mma_;
   std::vector<std::unique_ptr<fiber>> fibers_;
+  std::vector<std::vector<pending_copy>> copies_;
   std::vector<unsigned> warp_arrived_;
   std::size_t block_arrived_ = 0;
   std::size_t done_ = 0;
@@ -477,6 +504,69 @@ mma_accumulator host_context::mma_m16n8k16(const mma_a_fragment& a, const mma_b_
   }
   runner_->arrive_warp(id_); // nobody overwrites the operands before every lane has read
   return d;
+}
+
+//! cp.async emulated: the copy is queued with the thread's current group and performed by the
+//! wait that covers it (never earlier), so code that reads a tile before waiting reads poison.
+void host_context::cp_async_16(void* dst, const void* src, bool valid) {
+  DCPP_EXPECTS(reinterpret_cast<std::uintptr_t>(dst) % 16 == 0);           // cp.async needs 16-byte
+  DCPP_EXPECTS(!valid || reinterpret_cast<std::uintptr_t>(src) % 16 == 0); // aligned addresses
+  auto* shared = runner_->shared_memory();
+  DCPP_EXPECTS(static_cast<unsigned char*>(dst) >= shared &&
+               static_cast<unsigned char*>(dst) + 16 <= shared + runner_->shared_bytes());
+  runner_->copies(id_).push_back({dst, src, committed_groups_, valid});
+}
+
+void host_context::cp_async_commit() {
+  ++committed_groups_;
+}
+
+void host_context::complete_copies(int keep_groups) {
+  auto& queue = runner_->copies(id_);
+  const int last = committed_groups_ - keep_groups; // groups below this one complete
+  std::size_t kept = 0;
+  for (const auto& c : queue) {
+    if (c.group < last) {
+      if (c.valid)
+        std::memcpy(c.dst, c.src, 16);
+      else
+        std::memset(c.dst, 0, 16);
+    } else {
+      queue[kept++] = c;
+    }
+  }
+  queue.resize(kept);
+}
+
+//! ldmatrix emulated from the PTX ISA's definition ("Warp-level matrix load instruction:
+//! ldmatrix"): lane 8i + r gives the address of row r of matrix i; lane l receives, for each
+//! matrix, the 16-bit elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1), or with .trans the
+//! elements (2 (l % 4), l / 4) and (2 (l % 4) + 1, l / 4). Written apart from the mma fragment
+//! coordinates; the tests check that an x4 load of a 16x16 tile gives the mma A fragment.
+template <int M, bool Trans>
+ldmatrix_fragment<M> host_context::ldmatrix(const void* row) {
+  static_assert(M == 1 || M == 2 || M == 4, "ldmatrix loads 1, 2 or 4 matrices");
+  const unsigned lane = id_ % warp_size, warp = id_ / warp_size;
+  DCPP_EXPECTS(runner_->lanes_in_warp(warp) == warp_size); // ldmatrix needs a full warp
+  DCPP_EXPECTS(lane >= 8 * M || reinterpret_cast<std::uintptr_t>(row) % 16 == 0); // used rows
+  static_assert(sizeof(const void*) <= detail::block_runner::slot_bytes);
+  std::memcpy(runner_->slot(id_), &row, sizeof row);
+  runner_->arrive_warp(id_);
+  ldmatrix_fragment<M> f;
+  const unsigned r = lane / 4, c = 2 * (lane % 4);
+  for (int m = 0; m < M; ++m) {
+    std::uint16_t e[2];
+    for (unsigned k = 0; k < 2; ++k) {
+      const unsigned src_row = Trans ? c + k : r, src_col = Trans ? r : c + k;
+      const unsigned char* base;
+      std::memcpy(&base, runner_->slot(warp * warp_size + 8 * static_cast<unsigned>(m) + src_row),
+                  sizeof base);
+      std::memcpy(&e[k], base + 2 * src_col, 2);
+    }
+    f.x[m] = static_cast<std::uint32_t>(e[0]) | (static_cast<std::uint32_t>(e[1]) << 16);
+  }
+  runner_->arrive_warp(id_); // nobody overwrites an address before every lane has read
+  return f;
 }
 
 //! Checks a launch shape against CUDA's limits; the message names the field, value and limit.

@@ -1,5 +1,6 @@
-// The CUDA side of dcpp's SIMT layer: hardware indices, barriers, warp shuffles and dynamic
-// shared memory for kernel bodies written against dcpp/core/simt.hpp.
+// The CUDA side of dcpp's SIMT layer: hardware indices, barriers, warp shuffles, dynamic shared
+// memory, the warp matrix instruction, cp.async and ldmatrix for kernel bodies written against
+// dcpp/core/simt.hpp (sm_80 and newer).
 #pragma once
 
 #include <cstddef>
@@ -57,6 +58,51 @@ struct cuda_context {
     __trap(); // the instruction needs sm_80
 #endif
     return d;
+  }
+  //! cp.async.cg of 16 bytes (L2 only: the tiles are reread from shared memory, not L1).
+  __device__ void cp_async_16(void* dst, const void* src, bool valid) {
+    const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+  }
+  __device__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  template <int N>
+  __device__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+  }
+  template <int M, bool Trans>
+  __device__ ldmatrix_fragment<M> ldmatrix(const void* row) {
+    static_assert(M == 1 || M == 2 || M == 4, "ldmatrix loads 1, 2 or 4 matrices");
+    const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    ldmatrix_fragment<M> f;
+    if constexpr (M == 4 && Trans)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3])
+                   : "r"(address));
+    else if constexpr (M == 4)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3])
+                   : "r"(address));
+    else if constexpr (M == 2 && Trans)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                   : "=r"(f.x[0]), "=r"(f.x[1])
+                   : "r"(address));
+    else if constexpr (M == 2)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                   : "=r"(f.x[0]), "=r"(f.x[1])
+                   : "r"(address));
+    else if constexpr (Trans)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
+                   : "=r"(f.x[0])
+                   : "r"(address));
+    else
+      asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
+                   : "=r"(f.x[0])
+                   : "r"(address));
+    return f;
   }
   template <class T>
   __device__ T* shared_array(std::size_t count) {
