@@ -172,8 +172,8 @@ int main() {
     for (const row r : {row{"attn fwd diagonal", dcpp::kernels::ring_step_kind::diagonal, pairs},
                         row{"attn fwd lower", dcpp::kernels::ring_step_kind::lower, half_pairs}}) {
       a.kind = r.kind;
-      const float ms =
-          time_ms([&] { BENCH_CHECK((dcpp::kernels::attention_forward<D, T>(a, nullptr))); }, 10);
+      const float ms = time_ms(
+          [&] { BENCH_CHECK((dcpp::kernels::attention_forward<D, D, T>(a, nullptr))); }, 10);
       const double flops = 4.0 * D * H * r.pairs;
       std::printf("%-28s %10lld %10.3f %12.1f %9.1f%%\n", r.name,
                   static_cast<long long>(att_tokens), ms, flops / ms / 1e9,
@@ -181,7 +181,8 @@ int main() {
     }
     a.kind = dcpp::kernels::ring_step_kind::diagonal;
     const float ms = time_ms(
-        [&] { BENCH_CHECK((dcpp::kernels::attention_backward<D, T>(a, a.tiles, nullptr))); }, 10);
+        [&] { BENCH_CHECK((dcpp::kernels::attention_backward<D, D, T>(a, a.tiles, nullptr))); },
+        10);
     const double flops = 10.0 * D * H * pairs;
     std::printf("%-28s %10lld %10.3f %12.1f %9.1f%%\n", "attn bwd diagonal",
                 static_cast<long long>(att_tokens), ms, flops / ms / 1e9,

@@ -1,10 +1,11 @@
 // ring_attention_io: THD ring attention on your own data. Reads q [tokens, heads, head_dim],
-// k and v [tokens, kv_heads, head_dim] and cu_seqlens (int32, real lengths) as .npy (and dO for
-// the backward), pads every sequence to a multiple of 2*cp, splits it in zigzag chunks over --cp
-// ranks (threads, local communicator), runs the ring with the kernels' own source through the
-// host launcher, and writes o.npy and lse.npy (and dq.npy, dk.npy, dv.npy) to --out-dir in the
-// input's token order. Causal, scale 1/sqrt(head_dim) unless --scale. Compare with PyTorch or
-// FlashAttention (flash_attn_varlen_func returns the same LSE, natural log, [heads, tokens]).
+// k [tokens, kv_heads, head_dim] and v [tokens, kv_heads, v_head_dim] and cu_seqlens (int32, real
+// lengths) as .npy (and dO for the backward), pads every sequence to a multiple of 2*cp, splits it
+// in zigzag chunks over --cp ranks (threads, local communicator), runs the ring with the kernels'
+// own source through the host launcher, and writes o.npy and lse.npy (and dq.npy, dk.npy, dv.npy)
+// to --out-dir in the input's token order. Causal, scale 1/sqrt(head_dim) unless --scale. Compare
+// with PyTorch or FlashAttention (flash_attn_varlen_func returns the same LSE, natural log, [heads,
+// tokens]).
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -23,7 +24,7 @@ namespace {
 
 struct inputs {
   std::int64_t tokens = 0;
-  int heads = 0, kv_heads = 0, head_dim = 0, cp = 1;
+  int heads = 0, kv_heads = 0, head_dim = 0, v_head_dim = 0, cp = 1;
   float scale = 0.0f;
   bool backward = false;
   std::vector<std::int32_t> cu;
@@ -49,46 +50,52 @@ int run(const inputs& in, const dcpp::npy_array& qa, const dcpp::npy_array& ka,
         const std::string& descr) {
   const auto q = qa.as<T>("--q"), k = ka.as<T>("--k"), v = va.as<T>("--v");
   const auto dout = da ? da->as<T>("--dout") : std::vector<T>{};
+  // q, dq and k, dk follow the Q/K head dim; v, dv, o and dout the V head dim (MLA: 192 and 128)
   const int qw = in.heads * in.head_dim, kw = in.kv_heads * in.head_dim;
-  const dcpp::attention_shape shape{in.heads, in.kv_heads, in.head_dim, in.scale};
-  std::vector<T> o(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
+  const int ow = in.heads * in.v_head_dim, vw = in.kv_heads * in.v_head_dim;
+  const dcpp::attention_shape shape{in.heads, in.kv_heads, in.head_dim, in.scale,
+                                    in.v_head_dim == in.head_dim ? 0 : in.v_head_dim};
+  std::vector<T> o(static_cast<std::size_t>(in.tokens * ow)), dq(q.size()), dk(k.size()),
+      dv(v.size());
   std::vector<float> lse(static_cast<std::size_t>(in.tokens * in.heads));
 
   dcpp::run_local(in.cp, [&](dcpp::local_communicator& comm) {
     const auto part = dcpp::ring_partition::padded(in.cu, in.cp, comm.rank());
     const auto n = static_cast<std::size_t>(part.tokens());
-    std::vector<T> lq(n * qw), lk(n * kw), lv(n * kw), lo(n * qw), ldout, ldq, ldk, ldv;
+    std::vector<T> lq(n * qw), lk(n * kw), lv(n * vw), lo(n * ow), ldout, ldq, ldk, ldv;
     std::vector<float> llse(n * in.heads);
     dcpp::partition_gather_on_host<T>(part, q, lq, qw);
     dcpp::partition_gather_on_host<T>(part, k, lk, kw);
-    dcpp::partition_gather_on_host<T>(part, v, lv, kw);
+    dcpp::partition_gather_on_host<T>(part, v, lv, vw);
     dcpp::ring_attention_forward<dcpp::local_communicator, T>(comm, part, shape, lq, lk, lv, lo,
                                                               llse);
     // Each rank writes its own real rows of the shared outputs (distinct rows per rank).
-    dcpp::partition_scatter_on_host<T>(part, lo, o, qw);
+    dcpp::partition_scatter_on_host<T>(part, lo, o, ow);
     dcpp::partition_scatter_on_host<float>(part, llse, lse, in.heads);
     if (in.backward) {
-      ldout.resize(n * qw), ldq.resize(n * qw), ldk.resize(n * kw), ldv.resize(n * kw);
-      dcpp::partition_gather_on_host<T>(part, dout, ldout, qw);
+      ldout.resize(n * ow), ldq.resize(n * qw), ldk.resize(n * kw), ldv.resize(n * vw);
+      dcpp::partition_gather_on_host<T>(part, dout, ldout, ow);
       dcpp::ring_attention_backward<dcpp::local_communicator, T>(comm, part, shape, lq, lk, lv, lo,
                                                                  llse, ldout, ldq, ldk, ldv);
       dcpp::partition_scatter_on_host<T>(part, ldq, dq, qw);
       dcpp::partition_scatter_on_host<T>(part, ldk, dk, kw);
-      dcpp::partition_scatter_on_host<T>(part, ldv, dv, kw);
+      dcpp::partition_scatter_on_host<T>(part, ldv, dv, vw);
     }
   });
   const std::vector<std::int64_t> qshape{in.tokens, in.heads, in.head_dim},
-      kshape{in.tokens, in.kv_heads, in.head_dim};
-  write_values(out_dir + "/o.npy", descr, qshape, o);
+      kshape{in.tokens, in.kv_heads, in.head_dim}, oshape{in.tokens, in.heads, in.v_head_dim},
+      vshape{in.tokens, in.kv_heads, in.v_head_dim};
+  write_values(out_dir + "/o.npy", descr, oshape, o);
   dcpp::write_npy(out_dir + "/lse.npy", "<f4", {in.tokens, in.heads}, lse);
   if (in.backward) {
     write_values(out_dir + "/dq.npy", descr, qshape, dq);
     write_values(out_dir + "/dk.npy", descr, kshape, dk);
-    write_values(out_dir + "/dv.npy", descr, kshape, dv);
+    write_values(out_dir + "/dv.npy", descr, vshape, dv);
   }
-  fmt::print("ring_attention_io: {} sequences, {} tokens, heads {}/{}, head_dim {}, cp = {}{} -> "
+  fmt::print("ring_attention_io: {} sequences, {} tokens, heads {}/{}, head_dim {}{}, cp = {}{} -> "
              "{}\n",
-             in.cu.size() - 1, in.tokens, in.heads, in.kv_heads, in.head_dim, in.cp,
+             in.cu.size() - 1, in.tokens, in.heads, in.kv_heads, in.head_dim,
+             in.v_head_dim != in.head_dim ? fmt::format(" (v {})", in.v_head_dim) : "", in.cp,
              in.backward ? ", forward and backward" : "", out_dir);
   return 0;
 }
@@ -106,10 +113,13 @@ int main(int argc, char** argv) {
   app.add_option("--q", q_path, "q [tokens, heads, head_dim], float32 or float16")->required();
   app.add_option("--k", k_path, "k [tokens, kv_heads, head_dim] (kv_heads divides heads)")
       ->required();
-  app.add_option("--v", v_path, "v [tokens, kv_heads, head_dim]")->required();
+  app.add_option("--v", v_path,
+                 "v [tokens, kv_heads, v_head_dim] (v_head_dim may differ from q's: MLA's 192/128)")
+      ->required();
   app.add_option("--cu-seqlens", cu_path, "cu_seqlens int32 [sequences + 1], real lengths")
       ->required();
-  app.add_option("--dout", dout_path, "dO like q: also run the backward (dq, dk, dv)");
+  app.add_option("--dout", dout_path,
+                 "dO [tokens, heads, v_head_dim] (like o): also run the backward (dq, dk, dv)");
   app.add_option("--cp", in.cp, "ranks each sequence is split over (zigzag)")
       ->check(CLI::Range(1, 64));
   app.add_option("--scale", in.scale, "softmax scale (default 1/sqrt(head_dim))")
@@ -131,16 +141,19 @@ int main(int argc, char** argv) {
     in.heads = static_cast<int>(qa.shape[1]);
     in.head_dim = static_cast<int>(qa.shape[2]);
     in.kv_heads = static_cast<int>(ka.shape[1]);
-    if (ka.shape != va.shape || ka.shape[0] != in.tokens || ka.shape[2] != in.head_dim)
-      throw shape_error(fmt::format("--k [{}, {}, {}] and --v [{}, {}, {}] must both be [{}, "
-                                    "kv_heads, {}]",
-                                    ka.shape[0], ka.shape[1], ka.shape[2], va.shape[0], va.shape[1],
-                                    va.shape[2], in.tokens, in.head_dim));
+    in.v_head_dim = static_cast<int>(va.shape[2]);
+    if (ka.shape[0] != in.tokens || ka.shape[2] != in.head_dim || va.shape[0] != in.tokens ||
+        va.shape[1] != ka.shape[1])
+      throw shape_error(fmt::format("--k [{}, {}, {}] must be [{}, kv_heads, {}] and --v [{}, {}, "
+                                    "{}] [{}, kv_heads, v_head_dim]",
+                                    ka.shape[0], ka.shape[1], ka.shape[2], in.tokens, in.head_dim,
+                                    va.shape[0], va.shape[1], va.shape[2], in.tokens));
     if (in.kv_heads < 1 || in.heads % in.kv_heads != 0)
       throw shape_error(fmt::format("--q has {} heads, not a multiple of the {} heads of --k",
                                     in.heads, in.kv_heads));
-    if (in.head_dim != 64 && in.head_dim != 128)
-      throw shape_error(fmt::format("head_dim = {}; dcpp's kernels take 64 or 128", in.head_dim));
+    if (!dcpp::kernels::attention_head_shape_supported(in.head_dim, in.v_head_dim))
+      throw shape_error(dcpp::detail::head_shape_message(in.head_dim, in.v_head_dim)
+                            .substr(std::string_view("ring attention: ").size()));
     if (cu.descr != "<i4")
       throw shape_error(fmt::format("--cu-seqlens has dtype {}; expected int32", cu.descr));
     in.cu = cu.as<std::int32_t>("--cu-seqlens");
@@ -155,8 +168,10 @@ int main(int argc, char** argv) {
     if (!dout_path.empty()) {
       da = dcpp::read_npy(dout_path);
       in.backward = true;
-      if (da.shape != qa.shape)
-        throw shape_error("--dout must have the shape of --q");
+      if (da.shape != std::vector<std::int64_t>{in.tokens, in.heads, in.v_head_dim})
+        throw shape_error(fmt::format("--dout must be [{}, {}, {}] (tokens, heads of --q, head dim "
+                                      "of --v)",
+                                      in.tokens, in.heads, in.v_head_dim));
     }
     std::filesystem::create_directories(out_dir);
     const dcpp::npy_array* dp = in.backward ? &da : nullptr;

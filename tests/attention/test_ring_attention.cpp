@@ -1,12 +1,14 @@
 // Tests for THD ring attention: the partition helpers against a direct zigzag computation, and
 // the ring (kernels' own source through the host launcher, local backend) against fp64 dense
-// causal attention for cp 1/2/4/8, each input type, GQA/MQA, head dims 64 and 128.
+// causal attention for cp 1/2/4/8, each input type, GQA/MQA, head dims 64, 96, 128, 192, 256 and
+// MLA's 192 (Q/K) with 128 (V).
 #include "../support.hpp"
 
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,8 +32,8 @@ bool quick() {
 
 template <class T>
 void check_ring(int cp, int heads, int kv_heads, int dim, std::uint64_t seed,
-                const std::vector<int>& lengths = mixed_lengths) {
-  const auto b = make_batch<T>(seed, lengths, heads, kv_heads, dim);
+                const std::vector<int>& lengths = mixed_lengths, int vdim = 0) {
+  const auto b = make_batch<T>(seed, lengths, heads, kv_heads, dim, vdim);
   const auto ref = attend(b);
   std::vector<rank_errors> errors(static_cast<std::size_t>(cp));
   dcpp::run_local(cp, [&](dcpp::local_communicator& comm) {
@@ -39,8 +41,9 @@ void check_ring(int cp, int heads, int kv_heads, int dim, std::uint64_t seed,
   });
   std::int64_t rows = 0;
   for (const auto& e : errors) {
-    INFO(fmt::format("cp {} heads {}/{} dim {}: o {:.2e} lse {:.2e} dq {:.2e} dk {:.2e} dv {:.2e}",
-                     cp, heads, kv_heads, dim, e.o, e.lse, e.dq, e.dk, e.dv));
+    INFO(fmt::format("cp {} heads {}/{} dim {}/{}: o {:.2e} lse {:.2e} dq {:.2e} dk {:.2e} dv "
+                     "{:.2e}",
+                     cp, heads, kv_heads, dim, b.vdim, e.o, e.lse, e.dq, e.dk, e.dv));
     check_errors<T>(e);
     rows += e.rows;
   }
@@ -194,6 +197,24 @@ TEST_CASE_TEMPLATE("ring attention: head dim 128, MQA, one-token and tile-edge s
   check_ring<T>(8, 2, 2, 128, 500, {16, 2, 200});          // chunks of 1 and 13 tokens
 }
 
+TEST_CASE_TEMPLATE("ring attention: head dims 96, 192, 256 and MLA's 192/128, with GQA", T, float,
+                   dcpp::half, dcpp::bfloat16) {
+  // (Q/K head dim, V head dim): every shape beside 64 and 128 that the kernels take; lengths
+  // cross the 64-row blocks and the 32-key inner tiles of the wide shapes
+  const std::vector<int> lengths = {1, 33, 70, 5, 130};
+  if (quick()) {
+    check_ring<T>(2, 4, 2, 192, 610, {1, 33, 70}, 128); // MLA, GQA
+    return;
+  }
+  for (const int cp : {1, 2, 4, 8}) {
+    check_ring<T>(cp, 4, 2, 96, 600 + cp, lengths);
+    check_ring<T>(cp, 4, 2, 192, 610 + cp, lengths, 128); // MLA
+  }
+  check_ring<T>(2, 2, 1, 192, 620, lengths);        // MQA, 192 for Q, K and V
+  check_ring<T>(4, 4, 2, 256, 630, {1, 40, 97, 3}); // head dim 256, GQA
+  check_ring<T>(1, 2, 2, 256, 640, {129, 2});
+}
+
 TEST_CASE("ring attention: partition geometry against a direct zigzag walk") {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
@@ -315,8 +336,22 @@ TEST_CASE("ring attention: bad input is a clear error on every rank") {
     auto shape = b.shape();
     shape.head_dim = 32;
     std::vector<float> q32(n * 4 * 32), k32(n * 2 * 32), v32(k32.size()), o32(q32.size());
-    CHECK_THROWS_WITH((dcpp::ring_attention_forward<dcpp::local_communicator, float>(
-                          comm, part, shape, q32, k32, v32, o32, lse)),
-                      doctest::Contains("head_dim = 32; dcpp's kernels take 64 or 128"));
+    CHECK_THROWS_WITH(
+        (dcpp::ring_attention_forward<dcpp::local_communicator, float>(comm, part, shape, q32, k32,
+                                                                       v32, o32, lse)),
+        doctest::Contains("head_dim = 32; dcpp's kernels take 64, 96, 128, 192 or 256"));
+    // a V head dim the kernels do not pair with Q/K's, and a misaligned q
+    shape.head_dim = 128, shape.v_head_dim = 64;
+    std::vector<float> qb(n * 4 * 128 + 1), kb(n * 2 * 128), vb(n * 2 * 64), ob(n * 4 * 64);
+    CHECK_THROWS_WITH(
+        (dcpp::ring_attention_forward<dcpp::local_communicator, float>(
+            comm, part, shape, std::span<const float>(qb).first(n * 4 * 128), kb, vb, ob, lse)),
+        doctest::Contains("head_dim = 128 with v_head_dim = 64"));
+    shape.v_head_dim = 128;
+    std::vector<float> vc(n * 2 * 128), oc(n * 4 * 128);
+    CHECK_THROWS_WITH(
+        (dcpp::ring_attention_forward<dcpp::local_communicator, float>(
+            comm, part, shape, std::span<const float>(qb).subspan(1), kb, vc, oc, lse)),
+        doctest::Contains("q is not 16-byte aligned"));
   });
 }

@@ -32,19 +32,19 @@ double max_error(const std::vector<double>& got, const std::vector<double>& want
 }
 
 template <class T>
-void check_run(const std::string& descr, int cp, bool backward) {
+void check_run(const std::string& descr, int cp, bool backward, int dim = 64, int vdim = 64) {
   using dcpp_test::attention::tolerance;
   const auto dir = std::filesystem::temp_directory_path() /
-                   fmt::format("dcpp_ring_attention_io_{}_{}_{}", descr[2], cp, backward);
+                   fmt::format("dcpp_ring_attention_io_{}_{}_{}_{}", descr[2], cp, backward, vdim);
   std::filesystem::create_directories(dir);
-  const auto b = dcpp_test::attention::make_batch<T>(41 + cp, {1, 30, 70, 2}, 4, 2, 64);
+  const auto b = dcpp_test::attention::make_batch<T>(41 + cp, {1, 30, 70, 2}, 4, 2, dim, vdim);
   const auto ref = dcpp_test::attention::attend(b);
   const std::int64_t n = b.tokens();
   const auto p = [&](const char* name) { return (dir / name).string(); };
-  dcpp::write_npy(p("q.npy"), descr, {n, 4, 64}, b.q);
-  dcpp::write_npy(p("k.npy"), descr, {n, 2, 64}, b.k);
-  dcpp::write_npy(p("v.npy"), descr, {n, 2, 64}, b.v);
-  dcpp::write_npy(p("do.npy"), descr, {n, 4, 64}, b.dout);
+  dcpp::write_npy(p("q.npy"), descr, {n, 4, dim}, b.q);
+  dcpp::write_npy(p("k.npy"), descr, {n, 2, dim}, b.k);
+  dcpp::write_npy(p("v.npy"), descr, {n, 2, vdim}, b.v);
+  dcpp::write_npy(p("do.npy"), descr, {n, 4, vdim}, b.dout);
   dcpp::write_npy(p("cu.npy"), "<i4", {static_cast<std::int64_t>(b.cu.size())}, b.cu);
   const std::string cmd =
       fmt::format("{} --q {} --k {} --v {} --cu-seqlens {} --cp {} {} --out-dir {} > /dev/null",
@@ -53,7 +53,7 @@ void check_run(const std::string& descr, int cp, bool backward) {
   REQUIRE(std::system(cmd.c_str()) == 0);
   const dcpp::npy_array o = dcpp::read_npy(p("out/o.npy"));
   CHECK(o.descr == descr);
-  CHECK(o.shape == std::vector<std::int64_t>{n, 4, 64});
+  CHECK(o.shape == std::vector<std::int64_t>{n, 4, vdim}); // o follows V's head dim
   CHECK(max_error(o.as<double>("o"), ref.o, true) <= tolerance<T>::o);
   const dcpp::npy_array lse = dcpp::read_npy(p("out/lse.npy"));
   CHECK(lse.shape == std::vector<std::int64_t>{n, 4});
@@ -63,10 +63,11 @@ void check_run(const std::string& descr, int cp, bool backward) {
     CHECK(max_error(dcpp::read_npy(p("out/dq.npy")).template as<double>("dq"), ref.dq, true) <=
           tolerance<T>::grad);
     const dcpp::npy_array dk = dcpp::read_npy(p("out/dk.npy"));
-    CHECK(dk.shape == std::vector<std::int64_t>{n, 2, 64});
+    CHECK(dk.shape == std::vector<std::int64_t>{n, 2, dim});
     CHECK(max_error(dk.as<double>("dk"), ref.dk, true) <= tolerance<T>::grad);
-    CHECK(max_error(dcpp::read_npy(p("out/dv.npy")).template as<double>("dv"), ref.dv, true) <=
-          tolerance<T>::grad);
+    const dcpp::npy_array dv = dcpp::read_npy(p("out/dv.npy"));
+    CHECK(dv.shape == std::vector<std::int64_t>{n, 2, vdim});
+    CHECK(max_error(dv.as<double>("dv"), ref.dv, true) <= tolerance<T>::grad);
   }
   std::filesystem::remove_all(dir);
 }
@@ -87,6 +88,7 @@ TEST_CASE("ring_attention_io: outputs equal fp64 attention") {
   check_run<float>("<f4", 1, true);
   check_run<float>("<f4", 4, true);
   check_run<dcpp::half>("<f2", 2, true);
+  check_run<float>("<f4", 2, true, 192, 128); // MLA: o and dv follow V's head dim
   check_run<dcpp::half>("<f2", 4, false);
 }
 
@@ -108,7 +110,8 @@ TEST_CASE("ring_attention_io: bad input is a one-line error") {
   std::tie(rc, err) =
       run_args(fmt::format("--q {0} --k {0} --v {0} --cu-seqlens {1}", p("q32.npy"), p("cu.npy")));
   CHECK(rc != 0);
-  CHECK(err == "ring_attention_io: head_dim = 32; dcpp's kernels take 64 or 128\n");
+  CHECK(err == "ring_attention_io: head_dim = 32; dcpp's kernels take 64, 96, 128, 192 or 256 "
+               "(and 192 with a V head dim of 128)\n");
   std::tie(rc, err) = run_args(
       fmt::format("--q {0} --k {0} --v {0} --cu-seqlens {1}", p("k.npy"), p("cu_short.npy")));
   CHECK(rc != 0);
@@ -120,6 +123,13 @@ TEST_CASE("ring_attention_io: bad input is a one-line error") {
   std::tie(rc, err) = run_args(fmt::format("--q {0} --k {0} --v {0} --cu-seqlens {1} --dout {2}",
                                            p("k.npy"), p("cu.npy"), p("q.npy")));
   CHECK(rc != 0);
-  CHECK(err == "ring_attention_io: --dout must have the shape of --q\n");
+  CHECK(err == "ring_attention_io: --dout must be [10, 2, 64] (tokens, heads of --q, head dim of "
+               "--v)\n");
+  // a V head dim that the kernels do not pair with Q/K's 64
+  std::tie(rc, err) = run_args(fmt::format("--q {0} --k {0} --v {1} --cu-seqlens {2}", p("k.npy"),
+                                           p("q32.npy"), p("cu.npy")));
+  CHECK(rc != 0);
+  CHECK(err == "ring_attention_io: head_dim = 64 with v_head_dim = 32; dcpp's kernels take equal "
+               "head dims of 64, 96, 128, 192 or 256, or 192 with 128 (MLA)\n");
   std::filesystem::remove_all(dir);
 }

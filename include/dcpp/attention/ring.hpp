@@ -13,6 +13,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -30,11 +31,13 @@ namespace dcpp {
 struct attention_shape {
   int heads = 0;      //!< query heads
   int kv_heads = 0;   //!< key/value heads (divides heads: GQA/MQA)
-  int head_dim = 0;   //!< 64 or 128 for dcpp's kernels
+  int head_dim = 0;   //!< Q and K head dim: 64, 96, 128, 192 or 256 for dcpp's kernels
   float scale = 0.0f; //!< multiplies QK^T; 0 means 1/sqrt(head_dim)
+  int v_head_dim = 0; //!< V (and O) head dim; 0 means head_dim (MLA: head_dim 192, V 128)
   [[nodiscard]] float softmax_scale() const {
     return scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
+  [[nodiscard]] int value_dim() const { return v_head_dim != 0 ? v_head_dim : head_dim; }
 };
 
 //! What a policy gets for one ring step. `params` holds the buffers of the pass (host or device
@@ -61,16 +64,44 @@ concept attention_policy = requires(P& p, const attention_step<T>& s) {
 
 namespace detail {
 
+//! The message for a head shape dcpp's kernels do not take.
+inline std::string head_shape_message(int head_dim, int v_head_dim) {
+  if (head_dim == v_head_dim)
+    return fmt::format("ring attention: head_dim = {}; dcpp's kernels take 64, 96, 128, 192 or 256 "
+                       "(and 192 with a V head dim of 128)",
+                       head_dim);
+  return fmt::format("ring attention: head_dim = {} with v_head_dim = {}; dcpp's kernels take "
+                     "equal head dims of 64, 96, 128, 192 or 256, or 192 with 128 (MLA)",
+                     head_dim, v_head_dim);
+}
+
+//! Calls f(integral_constant<DQK>, integral_constant<DV>) for a supported head shape.
 template <class F>
-decltype(auto) with_head_dim(int head_dim, F&& f) {
-  switch (head_dim) {
-  case 64: return f(std::integral_constant<int, 64>{});
-  case 128: return f(std::integral_constant<int, 128>{});
-  default:
-    throw error(
-        status_code::invalid_option,
-        fmt::format("ring attention: head_dim = {}; dcpp's kernels take 64 or 128", head_dim));
+decltype(auto) with_head_dims(int head_dim, int v_head_dim, F&& f) {
+  using std::integral_constant;
+  if (head_dim == v_head_dim) {
+    switch (head_dim) {
+    case 64: return f(integral_constant<int, 64>{}, integral_constant<int, 64>{});
+    case 96: return f(integral_constant<int, 96>{}, integral_constant<int, 96>{});
+    case 128: return f(integral_constant<int, 128>{}, integral_constant<int, 128>{});
+    case 192: return f(integral_constant<int, 192>{}, integral_constant<int, 192>{});
+    case 256: return f(integral_constant<int, 256>{}, integral_constant<int, 256>{});
+    default: break;
+    }
+  } else if (head_dim == 192 && v_head_dim == 128) {
+    return f(integral_constant<int, 192>{}, integral_constant<int, 128>{});
   }
+  throw error(status_code::invalid_option, head_shape_message(head_dim, v_head_dim));
+}
+template <class F>
+decltype(auto) with_head_dims(const attention_shape& s, F&& f) {
+  return with_head_dims(s.head_dim, s.value_dim(), std::forward<F>(f));
+}
+
+//! Calls f(integral_constant<D>) for an O / V head dim of dcpp's kernels (merge, row sums).
+template <class F>
+decltype(auto) with_value_dim(const attention_shape& s, F&& f) {
+  return with_head_dims(s, [&](auto, auto dv) { return f(dv); });
 }
 
 inline std::uint64_t attention_fingerprint(const ring_partition& part, const attention_shape& s,
@@ -79,9 +110,9 @@ inline std::uint64_t attention_fingerprint(const ring_partition& part, const att
   auto mix = [&h](std::int64_t value) { h.mix(value); };
   std::uint32_t scale_bits;
   std::memcpy(&scale_bits, &s.scale, sizeof scale_bits);
-  for (const std::int64_t x :
-       {std::int64_t{pass}, std::int64_t{part.cp()}, std::int64_t{s.heads},
-        std::int64_t{s.kv_heads}, std::int64_t{s.head_dim}, std::int64_t{scale_bits}})
+  for (const std::int64_t x : {std::int64_t{pass}, std::int64_t{part.cp()}, std::int64_t{s.heads},
+                               std::int64_t{s.kv_heads}, std::int64_t{s.head_dim},
+                               std::int64_t{s.value_dim()}, std::int64_t{scale_bits}})
     mix(x);
   for (const auto c : part.cu_seqlens())
     mix(c);
@@ -94,7 +125,8 @@ inline std::uint64_t attention_fingerprint(const ring_partition& part, const att
 template <class C>
 void check_attention_call(
     C& comm, const ring_partition& part, const attention_shape& s, int pass,
-    std::initializer_list<std::pair<const char*, std::pair<std::size_t, std::int64_t>>> buffers) {
+    std::initializer_list<std::pair<const char*, std::pair<std::size_t, std::int64_t>>> buffers,
+    std::initializer_list<std::pair<const char*, const void*>> pointers = {}) {
   status local = status::success();
   if (comm.size() != part.cp() || comm.rank() != part.rank())
     local =
@@ -107,6 +139,9 @@ void check_attention_call(
                             fmt::format("ring attention: heads = {} must be a positive multiple of "
                                         "kv_heads = {}",
                                         s.heads, s.kv_heads));
+  else if (!kernels::attention_head_shape_supported(s.head_dim, s.value_dim()))
+    local =
+        status::failure(status_code::invalid_option, head_shape_message(s.head_dim, s.value_dim()));
   else if (!(s.softmax_scale() > 0.0f) || !std::isfinite(s.softmax_scale()))
     local = status::failure(
         status_code::invalid_option,
@@ -120,9 +155,18 @@ void check_attention_call(
                                             name, sizes.first, sizes.second, part.tokens()));
         break;
       }
+  if (local.ok())
+    for (const auto& [name, pointer] : pointers)
+      if (reinterpret_cast<std::uintptr_t>(pointer) % 16 != 0) {
+        local = status::failure(status_code::invalid_option,
+                                fmt::format("ring attention: {} is not 16-byte aligned (address "
+                                            "{}); the kernels copy rows with 16-byte cp.async",
+                                            name, pointer));
+        break;
+      }
   throw_unless_agreed(comm, local);
   check_same_everywhere(comm, attention_fingerprint(part, s, pass),
-                        "the ring attention call (cu_seqlens, cp, heads, head_dim, scale)");
+                        "the ring attention call (cu_seqlens, cp, heads, head dims, scale)");
 }
 
 template <class Body>
@@ -158,36 +202,45 @@ struct host_attention {
 
 template <class T>
 void host_attention::forward_step(const attention_step<T>& s) const {
-  detail::with_head_dim(s.shape.head_dim, [&](auto d) {
-    constexpr int D = decltype(d)::value;
-    using cfg = kernels::attention_tile<D, T>;
+  detail::with_head_dims(s.shape, [&](auto dqk, auto dv) {
+    constexpr int DQK = decltype(dqk)::value, DV = decltype(dv)::value;
+    using cfg = kernels::attention_tile<DQK, DV, T>;
     const auto tiles = s.partition->tiles(cfg::rows, query_rows_of(s.params.kind));
     auto p = s.params;
     p.tiles = tiles.view();
     detail::launch_tiles(
         tiles, static_cast<unsigned>(p.heads), cfg::threads, cfg::forward_shared, launch,
-        [&](simt::host_context& ctx) { kernels::attention_forward_body<D>(ctx, p); });
+        [&](simt::host_context& ctx) { kernels::attention_forward_body<DQK, DV>(ctx, p); });
   });
 }
 
 template <class T>
 void host_attention::backward_step(const attention_step<T>& s) const {
-  detail::with_head_dim(s.shape.head_dim, [&](auto d) {
-    constexpr int D = decltype(d)::value;
-    using cfg = kernels::attention_tile<D, T>;
+  detail::with_head_dims(s.shape, [&](auto dqk, auto dv) {
+    constexpr int DQK = decltype(dqk)::value, DV = decltype(dv)::value;
+    using cfg = kernels::attention_tile<DQK, DV, T>;
+    using part = kernels::attention_dkv_part;
     const auto kind = s.params.kind;
     const auto q_tiles = s.partition->tiles(cfg::rows, query_rows_of(kind));
     const auto k_tiles = s.partition->tiles(cfg::rows, key_rows_of(kind));
     auto p = s.params;
     p.tiles = q_tiles.view();
-    detail::launch_tiles(q_tiles, static_cast<unsigned>(p.heads), cfg::threads, cfg::dq_shared,
-                         launch,
-                         [&](simt::host_context& ctx) { kernels::attention_dq_body<D>(ctx, p); });
+    detail::launch_tiles(
+        q_tiles, static_cast<unsigned>(p.heads), cfg::threads, cfg::dq_shared, launch,
+        [&](simt::host_context& ctx) { kernels::attention_dq_body<DQK, DV>(ctx, p); });
     auto pk = s.params;
     pk.tiles = k_tiles.view();
-    detail::launch_tiles(k_tiles, static_cast<unsigned>(p.kv_heads), cfg::threads, cfg::dkv_shared,
-                         launch,
-                         [&](simt::host_context& ctx) { kernels::attention_dkv_body<D>(ctx, pk); });
+    const auto dkv = [&]<part Part>() {
+      detail::launch_tiles(
+          k_tiles, static_cast<unsigned>(p.kv_heads), cfg::threads, cfg::dkv_shared, launch,
+          [&](simt::host_context& ctx) { kernels::attention_dkv_body<DQK, DV, T, Part>(ctx, pk); });
+    };
+    if constexpr (cfg::split_dkv) {
+      dkv.template operator()<part::dv>();
+      dkv.template operator()<part::dk>();
+    } else {
+      dkv.template operator()<part::both>();
+    }
   });
 }
 
@@ -232,22 +285,24 @@ void ring_attention_forward(C& comm, const ring_partition& part, const attention
   static_assert(C::buffer_memory == memory_space::host,
                 "ring_attention_forward moves host buffers; use a host-memory communicator");
   const std::int64_t n = part.tokens();
-  const std::int64_t qn = n * shape.heads * shape.head_dim,
-                     kvn = n * shape.kv_heads * shape.head_dim;
+  const std::int64_t dqk = shape.head_dim, dv = shape.value_dim();
+  const std::int64_t qn = n * shape.heads * dqk, on = n * shape.heads * dv,
+                     kn = n * shape.kv_heads * dqk, vn = n * shape.kv_heads * dv;
   detail::check_attention_call(comm, part, shape, 0,
                                {{"q", {q.size(), qn}},
-                                {"k", {k.size(), kvn}},
-                                {"v", {v.size(), kvn}},
-                                {"o", {o.size(), qn}},
-                                {"lse", {lse.size(), n * shape.heads}}});
+                                {"k", {k.size(), kn}},
+                                {"v", {v.size(), vn}},
+                                {"o", {o.size(), on}},
+                                {"lse", {lse.size(), n * shape.heads}}},
+                               {{"q", q.data()}});
   const int cp = part.cp(), rank = part.rank();
   // The K/V that travels: K then V, double-buffered.
   std::vector<T> kv[2];
-  kv[0].resize(static_cast<std::size_t>(2 * kvn));
+  kv[0].resize(static_cast<std::size_t>(kn + vn));
   kv[1].resize(kv[0].size());
   std::copy(k.begin(), k.end(), kv[0].begin());
-  std::copy(v.begin(), v.end(), kv[0].begin() + kvn);
-  std::vector<float> o_acc(static_cast<std::size_t>(qn)),
+  std::copy(v.begin(), v.end(), kv[0].begin() + kn);
+  std::vector<float> o_acc(static_cast<std::size_t>(on)),
       lse_acc(static_cast<std::size_t>(n * shape.heads));
   std::vector<float> o_part, lse_part;
   if (cp > 1)
@@ -265,7 +320,7 @@ void ring_attention_forward(C& comm, const ring_partition& part, const attention
     attention_step<T> s;
     s.step = step, s.kv_owner = owner, s.partition = &part, s.shape = shape;
     auto& p = s.params;
-    p.q = q.data(), p.k = kv[cur].data(), p.v = kv[cur].data() + kvn;
+    p.q = q.data(), p.k = kv[cur].data(), p.v = kv[cur].data() + kn;
     p.o = step == 0 ? o_acc.data() : o_part.data();
     p.lse = step == 0 ? lse_acc.data() : lse_part.data();
     p.tokens = n, p.heads = shape.heads, p.kv_heads = shape.kv_heads;
@@ -275,7 +330,7 @@ void ring_attention_forward(C& comm, const ring_partition& part, const attention
     policy.forward_step(s);
     if (step > 0) {
       const auto rows = part.tiles(64, query_rows_of(p.kind));
-      detail::with_head_dim(shape.head_dim, [&](auto d) {
+      detail::with_value_dim(shape, [&](auto d) {
         constexpr int D = decltype(d)::value;
         const kernels::attention_merge_params<D> mp{o_acc.data(),    lse_acc.data(), o_part.data(),
                                                     lse_part.data(), shape.heads,    rows.view()};
@@ -287,8 +342,8 @@ void ring_attention_forward(C& comm, const ring_partition& part, const attention
     if (transfer)
       transfer->wait();
   }
-  detail::launch_elements(qn, options.launch, [&](simt::host_context& ctx) {
-    kernels::attention_convert_body(ctx, o_acc.data(), o.data(), qn);
+  detail::launch_elements(on, options.launch, [&](simt::host_context& ctx) {
+    kernels::attention_convert_body(ctx, o_acc.data(), o.data(), on);
   });
   std::copy(lse_acc.begin(), lse_acc.end(), lse.begin());
 }
@@ -307,21 +362,23 @@ void ring_attention_backward(C& comm, const ring_partition& part, const attentio
   static_assert(C::buffer_memory == memory_space::host,
                 "ring_attention_backward moves host buffers; use a host-memory communicator");
   const std::int64_t n = part.tokens();
-  const int D = shape.head_dim;
-  const std::int64_t qn = n * shape.heads * D, kvn = n * shape.kv_heads * D;
+  const std::int64_t dqk = shape.head_dim, dvd = shape.value_dim();
+  const std::int64_t qn = n * shape.heads * dqk, on = n * shape.heads * dvd,
+                     kn = n * shape.kv_heads * dqk, vn = n * shape.kv_heads * dvd;
   detail::check_attention_call(comm, part, shape, 1,
                                {{"q", {q.size(), qn}},
-                                {"k", {k.size(), kvn}},
-                                {"v", {v.size(), kvn}},
-                                {"o", {o.size(), qn}},
+                                {"k", {k.size(), kn}},
+                                {"v", {v.size(), vn}},
+                                {"o", {o.size(), on}},
                                 {"lse", {lse.size(), n * shape.heads}},
-                                {"dout", {dout.size(), qn}},
+                                {"dout", {dout.size(), on}},
                                 {"dq", {dq.size(), qn}},
-                                {"dk", {dk.size(), kvn}},
-                                {"dv", {dv.size(), kvn}}});
+                                {"dk", {dk.size(), kn}},
+                                {"dv", {dv.size(), vn}}},
+                               {{"q", q.data()}, {"dout", dout.data()}});
   const int cp = part.cp(), rank = part.rank();
   std::vector<float> dsum(static_cast<std::size_t>(n * shape.heads));
-  detail::with_head_dim(D, [&](auto d) {
+  detail::with_value_dim(shape, [&](auto d) {
     constexpr int HD = decltype(d)::value;
     kernels::attention_params<T> p;
     p.out = o.data(), p.dout = dout.data(), p.dsum = dsum.data(), p.tokens = n,
@@ -331,12 +388,12 @@ void ring_attention_backward(C& comm, const ring_partition& part, const attentio
     });
   });
   std::vector<T> kv[2];
-  kv[0].resize(static_cast<std::size_t>(2 * kvn));
+  kv[0].resize(static_cast<std::size_t>(kn + vn));
   kv[1].resize(kv[0].size());
   std::copy(k.begin(), k.end(), kv[0].begin());
-  std::copy(v.begin(), v.end(), kv[0].begin() + kvn);
+  std::copy(v.begin(), v.end(), kv[0].begin() + kn);
   std::vector<float> dkv[2]; // dK then dV of the K/V block in kv[cur]
-  dkv[0].assign(static_cast<std::size_t>(2 * kvn), 0.0f);
+  dkv[0].assign(static_cast<std::size_t>(kn + vn), 0.0f);
   dkv[1].assign(dkv[0].size(), 0.0f);
   std::vector<float> dq_acc(static_cast<std::size_t>(qn), 0.0f);
 
@@ -353,9 +410,9 @@ void ring_attention_backward(C& comm, const ring_partition& part, const attentio
     attention_step<T> s;
     s.step = step, s.kv_owner = owner, s.partition = &part, s.shape = shape;
     auto& p = s.params;
-    p.q = q.data(), p.k = kv[cur].data(), p.v = kv[cur].data() + kvn;
+    p.q = q.data(), p.k = kv[cur].data(), p.v = kv[cur].data() + kn;
     p.out = o.data(), p.dout = dout.data(), p.lse_final = lse.data(), p.dsum = dsum.data();
-    p.dq = dq_acc.data(), p.dk = dkv[cur].data(), p.dv = dkv[cur].data() + kvn;
+    p.dq = dq_acc.data(), p.dk = dkv[cur].data(), p.dv = dkv[cur].data() + kn;
     p.tokens = n, p.heads = shape.heads, p.kv_heads = shape.kv_heads;
     p.scale = shape.softmax_scale();
     p.kind = detail::ring_step_kind_of(step, owner, rank);
@@ -374,9 +431,11 @@ void ring_attention_backward(C& comm, const ring_partition& part, const attentio
   detail::launch_elements(qn, options.launch, [&](simt::host_context& ctx) {
     kernels::attention_convert_body(ctx, dq_acc.data(), dq.data(), qn);
   });
-  detail::launch_elements(kvn, options.launch, [&](simt::host_context& ctx) {
-    kernels::attention_convert_body(ctx, dkv[cur].data(), dk.data(), kvn);
-    kernels::attention_convert_body(ctx, dkv[cur].data() + kvn, dv.data(), kvn);
+  detail::launch_elements(kn, options.launch, [&](simt::host_context& ctx) {
+    kernels::attention_convert_body(ctx, dkv[cur].data(), dk.data(), kn);
+  });
+  detail::launch_elements(vn, options.launch, [&](simt::host_context& ctx) {
+    kernels::attention_convert_body(ctx, dkv[cur].data() + kn, dv.data(), vn);
   });
 }
 

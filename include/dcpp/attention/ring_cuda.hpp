@@ -55,17 +55,23 @@ public:
       : stream_(stream), all_(part.tiles(64, attention_rows::all)),
         first_(part.tiles(64, attention_rows::first_half)),
         second_(part.tiles(64, attention_rows::second_half)) {
-    static_assert(kernels::attention_tile<64, T>::rows == 64 &&
-                  kernels::attention_tile<128, T>::rows == 64);
+    // one work list serves every head shape: all take 64-row blocks
+    static_assert(kernels::attention_tile<64, 64, T>::rows == 64 &&
+                  kernels::attention_tile<128, 128, T>::rows == 64 &&
+                  kernels::attention_tile<192, 128, T>::rows == 64 &&
+                  kernels::attention_tile<256, 256, T>::rows == 64);
   }
 
   void forward_step(const attention_step<T>& s) const {
     auto p = s.params;
     p.tiles = tiles(query_rows_of(p.kind));
     detail::attention_cuda_check(
-        detail::with_head_dim(
-            s.shape.head_dim,
-            [&](auto d) { return kernels::attention_forward<decltype(d)::value, T>(p, stream_); }),
+        detail::with_head_dims(
+            s.shape,
+            [&](auto dqk, auto dv) {
+              return kernels::attention_forward<decltype(dqk)::value, decltype(dv)::value, T>(
+                  p, stream_);
+            }),
         "attention_forward");
   }
   void backward_step(const attention_step<T>& s) const {
@@ -73,11 +79,12 @@ public:
     p.tiles = tiles(key_rows_of(p.kind));
     const auto q_tiles = tiles(query_rows_of(p.kind));
     detail::attention_cuda_check(
-        detail::with_head_dim(s.shape.head_dim,
-                              [&](auto d) {
-                                return kernels::attention_backward<decltype(d)::value, T>(
-                                    p, q_tiles, stream_);
-                              }),
+        detail::with_head_dims(
+            s.shape,
+            [&](auto dqk, auto dv) {
+              return kernels::attention_backward<decltype(dqk)::value, decltype(dv)::value, T>(
+                  p, q_tiles, stream_);
+            }),
         "attention_backward");
   }
   //! The work list of the rows a merge covers.
@@ -112,7 +119,9 @@ public:
                   "cuda_ring_attention moves device buffers; use a device-memory communicator");
     const std::int64_t n = part.tokens();
     qn_ = n * shape.heads * shape.head_dim;
-    kvn_ = n * shape.kv_heads * shape.head_dim;
+    on_ = n * shape.heads * shape.value_dim();
+    kn_ = n * shape.kv_heads * shape.head_dim;
+    vn_ = n * shape.kv_heads * shape.value_dim();
     offsets_ = detail::device_array<std::int32_t>(part.offsets());
     for (int r = 0; r < part.cp(); ++r)
       real_.emplace_back(part.real_of(r));
@@ -120,15 +129,16 @@ public:
   cuda_ring_attention(const cuda_ring_attention&) = delete;
   cuda_ring_attention& operator=(const cuda_ring_attention&) = delete;
 
-  //! o (like q) and lse [tokens, heads] from q, k, v; enqueued on the compute stream.
+  //! o [tokens, heads, V head dim] and lse [tokens, heads] from q, k, v; enqueued on the compute
+  //! stream. q must be 16-byte aligned (cudaMalloc's 256 bytes are).
   void forward(const T* q, const T* k, const T* v, T* o, float* lse) {
     const int cp = part_.cp(), rank = part_.rank();
-    detail::check_attention_call(comm_, part_, shape_, 0, {});
+    detail::check_attention_call(comm_, part_, shape_, 0, {}, {{"q", q}});
     ensure_forward_space();
     copy_kv(k, v);
     for (int step = 0, cur = 0; step < cp; ++step, cur ^= 1) {
       const int owner = (rank - step + cp) % cp;
-      auto transfer = start_transfer(kv_[cur].data(), kv_[cur ^ 1].data(), 2 * kvn_, step + 1 < cp,
+      auto transfer = start_transfer(kv_[cur].data(), kv_[cur ^ 1].data(), kn_ + vn_, step + 1 < cp,
                                      0x7a00 + step);
       attention_step<T> s = make_step(step, owner, q, kv_[cur].data());
       s.params.o = step == 0 ? o_acc_.data() : o_part_.data();
@@ -136,18 +146,18 @@ public:
       policy_.forward_step(s);
       if (step > 0)
         detail::attention_cuda_check(
-            detail::with_head_dim(shape_.head_dim,
-                                  [&](auto d) {
-                                    constexpr int D = decltype(d)::value;
-                                    return kernels::attention_merge<D>(
-                                        {o_acc_.data(), lse, o_part_.data(), lse_part_.data(),
-                                         shape_.heads, policy_.rows(s.params.kind)},
-                                        stream_);
-                                  }),
+            detail::with_value_dim(shape_,
+                                   [&](auto d) {
+                                     constexpr int D = decltype(d)::value;
+                                     return kernels::attention_merge<D>(
+                                         {o_acc_.data(), lse, o_part_.data(), lse_part_.data(),
+                                          shape_.heads, policy_.rows(s.params.kind)},
+                                         stream_);
+                                   }),
             "attention_merge");
       finish_transfer(transfer);
     }
-    detail::attention_cuda_check(kernels::attention_convert<T>(o_acc_.data(), o, qn_, stream_),
+    detail::attention_cuda_check(kernels::attention_convert<T>(o_acc_.data(), o, on_, stream_),
                                  "attention_convert");
   }
 
@@ -155,43 +165,43 @@ public:
   void backward(const T* q, const T* k, const T* v, const T* o, const float* lse, const T* dout,
                 T* dq, T* dk, T* dv) {
     const int cp = part_.cp(), rank = part_.rank();
-    detail::check_attention_call(comm_, part_, shape_, 1, {});
+    detail::check_attention_call(comm_, part_, shape_, 1, {}, {{"q", q}, {"dout", dout}});
     ensure_backward_space();
     kernels::attention_params<T> pre;
     pre.out = o, pre.dout = dout, pre.dsum = dsum_.data(), pre.tokens = part_.tokens();
     pre.heads = shape_.heads;
     detail::attention_cuda_check(
-        detail::with_head_dim(
-            shape_.head_dim,
+        detail::with_value_dim(
+            shape_,
             [&](auto d) { return kernels::attention_dsum<decltype(d)::value, T>(pre, stream_); }),
         "attention_dsum");
     copy_kv(k, v);
     zero(dq_acc_.data(), qn_);
-    zero(dkv_[0].data(), 2 * kvn_);
+    zero(dkv_[0].data(), kn_ + vn_);
     int cur = 0;
     for (int step = 0; step < cp; ++step) {
       const int owner = (rank - step + cp) % cp;
-      auto transfer = start_transfer(kv_[cur].data(), kv_[cur ^ 1].data(), 2 * kvn_, step + 1 < cp,
+      auto transfer = start_transfer(kv_[cur].data(), kv_[cur ^ 1].data(), kn_ + vn_, step + 1 < cp,
                                      0x7b00 + step);
       attention_step<T> s = make_step(step, owner, q, kv_[cur].data());
       auto& p = s.params;
       p.out = o, p.dout = dout, p.lse_final = lse, p.dsum = dsum_.data(), p.dq = dq_acc_.data();
-      p.dk = dkv_[cur].data(), p.dv = dkv_[cur].data() + kvn_;
+      p.dk = dkv_[cur].data(), p.dv = dkv_[cur].data() + kn_;
       policy_.backward_step(s);
       finish_transfer(transfer);
       if (cp > 1) { // dK/dV follow their block; after the last step they reach their owner
         auto back =
-            start_transfer(dkv_[cur].data(), dkv_[cur ^ 1].data(), 2 * kvn_, true, 0x7c00 + step);
+            start_transfer(dkv_[cur].data(), dkv_[cur ^ 1].data(), kn_ + vn_, true, 0x7c00 + step);
         finish_transfer(back);
         cur ^= 1;
       }
     }
     detail::attention_cuda_check(kernels::attention_convert<T>(dq_acc_.data(), dq, qn_, stream_),
                                  "attention_convert");
-    detail::attention_cuda_check(kernels::attention_convert<T>(dkv_[cur].data(), dk, kvn_, stream_),
+    detail::attention_cuda_check(kernels::attention_convert<T>(dkv_[cur].data(), dk, kn_, stream_),
                                  "attention_convert");
     detail::attention_cuda_check(
-        kernels::attention_convert<T>(dkv_[cur].data() + kvn_, dv, kvn_, stream_),
+        kernels::attention_convert<T>(dkv_[cur].data() + kn_, dv, vn_, stream_),
         "attention_convert");
   }
 
@@ -204,7 +214,7 @@ private:
     attention_step<T> s;
     s.step = step, s.kv_owner = owner, s.partition = &part_, s.shape = shape_;
     auto& p = s.params;
-    p.q = q, p.k = kv, p.v = kv + kvn_;
+    p.q = q, p.k = kv, p.v = kv + kn_;
     p.tokens = part_.tokens(), p.heads = shape_.heads, p.kv_heads = shape_.kv_heads;
     p.scale = shape_.softmax_scale();
     p.kind = detail::ring_step_kind_of(step, owner, part_.rank());
@@ -233,12 +243,14 @@ private:
   }
 
   void copy_kv(const T* k, const T* v) {
-    const auto bytes = static_cast<std::size_t>(kvn_) * sizeof(T);
-    detail::attention_cuda_check(
-        cudaMemcpyAsync(kv_[0].data(), k, bytes, cudaMemcpyDeviceToDevice, stream_), "copy K");
-    detail::attention_cuda_check(
-        cudaMemcpyAsync(kv_[0].data() + kvn_, v, bytes, cudaMemcpyDeviceToDevice, stream_),
-        "copy V");
+    detail::attention_cuda_check(cudaMemcpyAsync(kv_[0].data(), k,
+                                                 static_cast<std::size_t>(kn_) * sizeof(T),
+                                                 cudaMemcpyDeviceToDevice, stream_),
+                                 "copy K");
+    detail::attention_cuda_check(cudaMemcpyAsync(kv_[0].data() + kn_, v,
+                                                 static_cast<std::size_t>(vn_) * sizeof(T),
+                                                 cudaMemcpyDeviceToDevice, stream_),
+                                 "copy V");
   }
   void zero(float* p, std::int64_t n) {
     detail::attention_cuda_check(
@@ -247,13 +259,13 @@ private:
   void ensure_kv() {
     if (kv_[0].size() == 0)
       for (auto& b : kv_)
-        b = detail::device_array<T>(static_cast<std::size_t>(2 * kvn_));
+        b = detail::device_array<T>(static_cast<std::size_t>(kn_ + vn_));
   }
   void ensure_forward_space() {
     ensure_kv();
     if (o_acc_.size() == 0) {
-      o_acc_ = detail::device_array<float>(static_cast<std::size_t>(qn_));
-      o_part_ = detail::device_array<float>(static_cast<std::size_t>(qn_));
+      o_acc_ = detail::device_array<float>(static_cast<std::size_t>(on_));
+      o_part_ = detail::device_array<float>(static_cast<std::size_t>(on_));
       lse_part_ =
           detail::device_array<float>(static_cast<std::size_t>(part_.tokens() * shape_.heads));
     }
@@ -264,7 +276,7 @@ private:
       dq_acc_ = detail::device_array<float>(static_cast<std::size_t>(qn_));
       dsum_ = detail::device_array<float>(static_cast<std::size_t>(part_.tokens() * shape_.heads));
       for (auto& b : dkv_)
-        b = detail::device_array<float>(static_cast<std::size_t>(2 * kvn_));
+        b = detail::device_array<float>(static_cast<std::size_t>(kn_ + vn_));
     }
   }
 
@@ -273,7 +285,7 @@ private:
   attention_shape shape_;
   cudaStream_t stream_;
   cuda_attention<T> policy_;
-  std::int64_t qn_ = 0, kvn_ = 0;
+  std::int64_t qn_ = 0, on_ = 0, kn_ = 0, vn_ = 0; // elements of Q, O, K, V
   detail::device_array<std::int32_t> offsets_;
   std::vector<detail::device_array<std::int32_t>> real_;
   detail::device_array<T> kv_[2];

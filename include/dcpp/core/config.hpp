@@ -26,6 +26,14 @@
 #define DCPP_UNROLL _Pragma("GCC unroll 16")
 #endif
 
+//! A loop the device compiler must not unroll (a long reduction whose unrolled form would keep
+//! too many addresses live and spill).
+#if defined(__CUDA_ARCH__)
+#define DCPP_NO_UNROLL _Pragma("unroll 1")
+#else
+#define DCPP_NO_UNROLL
+#endif
+
 //! Contract check. Off in release builds unless DCPP_ENABLE_CONTRACTS is defined; tests define
 //! DCPP_CONTRACT_VIOLATION to throw so that contracts are testable.
 #ifndef DCPP_CONTRACT_VIOLATION

@@ -511,7 +511,7 @@ mma_accumulator host_context::mma_m16n8k16(const mma_a_fragment& a, const mma_b_
 void host_context::cp_async_16(void* dst, const void* src, bool valid) {
   DCPP_EXPECTS(reinterpret_cast<std::uintptr_t>(dst) % 16 == 0);           // cp.async needs 16-byte
   DCPP_EXPECTS(!valid || reinterpret_cast<std::uintptr_t>(src) % 16 == 0); // aligned addresses
-  auto* shared = runner_->shared_memory();
+  [[maybe_unused]] auto* shared = runner_->shared_memory();
   DCPP_EXPECTS(static_cast<unsigned char*>(dst) >= shared &&
                static_cast<unsigned char*>(dst) + 16 <= shared + runner_->shared_bytes());
   runner_->copies(id_).push_back({dst, src, committed_groups_, valid});

@@ -13,24 +13,25 @@
 
 namespace dcpp::kernels {
 
-// minBlocksPerSM = 1 on the three attention kernels: the S, O (and dK, dV) fragments take 100-250
-// registers; with the default heuristics the fp32 head-dim-128 forward spilled on sm_90.
-template <int D, class T>
+// minBlocksPerSM = 1 on the three attention kernels: the O (or dQ, dK, dV) accumulators take up to
+// 128 registers per lane at head dim 256; a higher minimum would force spills there. The
+// occupancy that results per shape is in `./dev.sh sass` and docs/kernels.md.
+template <int DQK, int DV, class T>
 __global__ void __launch_bounds__(128, 1) attention_forward_kernel(attention_params<T> p) {
   simt::cuda_context ctx;
-  attention_forward_body<D>(ctx, p);
+  attention_forward_body<DQK, DV>(ctx, p);
 }
 
-template <int D, class T>
+template <int DQK, int DV, class T>
 __global__ void __launch_bounds__(128, 1) attention_dq_kernel(attention_params<T> p) {
   simt::cuda_context ctx;
-  attention_dq_body<D>(ctx, p);
+  attention_dq_body<DQK, DV>(ctx, p);
 }
 
-template <int D, class T>
+template <int DQK, int DV, class T, attention_dkv_part Part>
 __global__ void __launch_bounds__(128, 1) attention_dkv_kernel(attention_params<T> p) {
   simt::cuda_context ctx;
-  attention_dkv_body<D>(ctx, p);
+  attention_dkv_body<DQK, DV, T, Part>(ctx, p);
 }
 
 template <int D>
@@ -85,49 +86,66 @@ inline unsigned attention_element_blocks(std::int64_t n) {
 } // namespace detail
 
 //! Forward step: partial O and LSE of `p.tiles` (query tiles of attention_tile::rows rows).
-template <int D, class T>
+template <int DQK, int DV, class T>
 cudaError_t attention_forward(const attention_params<T>& p, cudaStream_t stream) {
-  using cfg = attention_tile<D, T>;
+  using cfg = attention_tile<DQK, DV, T>;
   if (p.tiles.count == 0 || p.heads == 0)
     return cudaSuccess;
   if (const cudaError_t e =
-          detail::attention_allow_shared(attention_forward_kernel<D, T>, cfg::forward_shared);
+          detail::attention_allow_shared(attention_forward_kernel<DQK, DV, T>, cfg::forward_shared);
       e != cudaSuccess)
     return e;
-  attention_forward_kernel<D, T>
+  attention_forward_kernel<DQK, DV, T>
       <<<dim3(static_cast<unsigned>(p.tiles.count), static_cast<unsigned>(p.heads)), cfg::threads,
          cfg::forward_shared, stream>>>(p);
   return cudaGetLastError();
 }
 
+namespace detail {
+
+template <int DQK, int DV, class T, attention_dkv_part Part>
+cudaError_t attention_dkv(const attention_params<T>& p, cudaStream_t stream) {
+  using cfg = attention_tile<DQK, DV, T>;
+  if (const cudaError_t e =
+          attention_allow_shared(attention_dkv_kernel<DQK, DV, T, Part>, cfg::dkv_shared);
+      e != cudaSuccess)
+    return e;
+  attention_dkv_kernel<DQK, DV, T, Part>
+      <<<dim3(static_cast<unsigned>(p.tiles.count), static_cast<unsigned>(p.kv_heads)),
+         cfg::threads, cfg::dkv_shared, stream>>>(p);
+  return cudaGetLastError();
+}
+
+} // namespace detail
+
 //! Backward step: dQ over `q_tiles` (query tiles), dK/dV over `p.tiles` (key tiles).
-template <int D, class T>
+template <int DQK, int DV, class T>
 cudaError_t attention_backward(const attention_params<T>& p, attention_tiles q_tiles,
                                cudaStream_t stream) {
-  using cfg = attention_tile<D, T>;
+  using cfg = attention_tile<DQK, DV, T>;
   if (q_tiles.count > 0 && p.heads > 0) {
     if (const cudaError_t e =
-            detail::attention_allow_shared(attention_dq_kernel<D, T>, cfg::dq_shared);
+            detail::attention_allow_shared(attention_dq_kernel<DQK, DV, T>, cfg::dq_shared);
         e != cudaSuccess)
       return e;
     attention_params<T> pq = p;
     pq.tiles = q_tiles;
-    attention_dq_kernel<D, T>
+    attention_dq_kernel<DQK, DV, T>
         <<<dim3(static_cast<unsigned>(q_tiles.count), static_cast<unsigned>(p.heads)), cfg::threads,
            cfg::dq_shared, stream>>>(pq);
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
       return e;
   }
-  if (p.tiles.count > 0 && p.kv_heads > 0) {
-    if (const cudaError_t e =
-            detail::attention_allow_shared(attention_dkv_kernel<D, T>, cfg::dkv_shared);
+  if (p.tiles.count == 0 || p.kv_heads == 0)
+    return cudaSuccess;
+  if constexpr (cfg::split_dkv) {
+    if (const cudaError_t e = detail::attention_dkv<DQK, DV, T, attention_dkv_part::dv>(p, stream);
         e != cudaSuccess)
       return e;
-    attention_dkv_kernel<D, T>
-        <<<dim3(static_cast<unsigned>(p.tiles.count), static_cast<unsigned>(p.kv_heads)),
-           cfg::threads, cfg::dkv_shared, stream>>>(p);
+    return detail::attention_dkv<DQK, DV, T, attention_dkv_part::dk>(p, stream);
+  } else {
+    return detail::attention_dkv<DQK, DV, T, attention_dkv_part::both>(p, stream);
   }
-  return cudaGetLastError();
 }
 
 //! Merge of a step's partial result into the running one over the rows of `p.tiles`.

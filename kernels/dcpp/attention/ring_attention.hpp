@@ -11,9 +11,12 @@
 // Real tokens are a prefix of each sample, hence of each chunk: `q_real` / `kv_real` give the
 // real rows of each half; padding keys are never visible and padding queries see nothing (O = 0,
 // LSE = -inf). Tiles: each block runs one row range of one sequence (a work list built on the
-// host) for one head; warps own 16 rows and use the m16n8k16 warp matrix instruction for 16-bit
-// inputs, fp32 FMAs with the same fragment layout for fp32 inputs. Accumulation is fp32.
-// Wrapped for CUDA in ring_attention.cuh, run on the CPU by dcpp/attention/ring_attention.hpp.
+// host) for one head, in FlashAttention-2's structure: 16-byte cp.async copies into shared
+// memory overlapped with the math, ldmatrix fragments, P and dS kept in registers as mma A
+// operands, masks only on tiles at a boundary. Warps own 16 rows and use the m16n8k16 warp matrix
+// instruction for 16-bit inputs, fp32 FMAs with the same fragment layout for fp32 inputs.
+// Accumulation is fp32. Head dims: Q/K `DQK` and V `DV` (64, 96, 128, 192, 256, and MLA's 192/128).
+// Wrapped for CUDA in ring_attention.cuh, run on the CPU by dcpp/attention/ring.hpp.
 #pragma once
 
 #include <cmath>
@@ -49,15 +52,16 @@ struct attention_tiles {
   int count = 0;
 };
 
-//! Parameters of the attention kernels. Q/O/dO/dQ are [tokens, heads, D], K/V/dK/dV
-//! [tokens, kv_heads, D] (heads a multiple of kv_heads: GQA/MQA), LSE and D [tokens, heads], all
-//! row-major; `scale` multiplies QK^T before the softmax (natural base).
+//! Parameters of the attention kernels. Q/dQ are [tokens, heads, DQK], O/dO [tokens, heads, DV],
+//! K/dK [tokens, kv_heads, DQK], V/dV [tokens, kv_heads, DV] (heads a multiple of kv_heads:
+//! GQA/MQA), LSE and D [tokens, heads], all row-major, every buffer 16-byte aligned (cp.async);
+//! `scale` multiplies QK^T before the softmax (natural base). Outputs do not alias inputs.
 template <class T>
 struct attention_params {
   const T* q = nullptr;
   const T* k = nullptr;
   const T* v = nullptr;
-  float* o = nullptr;      //!< forward: partial O of the step's rows (fp32)
+  float* o = nullptr;      //!< forward: partial O of the step's rows (fp32, [tokens, heads, DV])
   float* lse = nullptr;    //!< forward: its LSE (natural log), -inf where no key is visible
   const T* out = nullptr;  //!< backward: the final O
   const T* dout = nullptr; //!< backward: dO
@@ -74,34 +78,64 @@ struct attention_params {
   attention_tiles tiles;
 };
 
-//! Tile sizes: 4 warps of 16 rows; inner tiles of 64 (head dim 64) or 32 (head dim 128) rows so
-//! that the fragments of S and O stay in registers. Shared-memory rows are padded by 16 bytes
-//! (`ld`, `pld`) so that the 8 rows a fragment load touches fall in distinct banks. Chosen by
-//! register/shared-memory budget, not by a device measurement (none available).
-template <int D, class T>
+//! Whether dcpp's kernels take a head shape: Q/K head dim `DQK`, V head dim `DV`.
+constexpr bool attention_head_shape_supported(int dqk, int dv) noexcept {
+  return (dqk == dv && (dqk == 64 || dqk == 96 || dqk == 128 || dqk == 192 || dqk == 256)) ||
+         (dqk == 192 && dv == 128); // MLA (DeepSeek): 128 + 64 rotary for Q/K, 128 for V
+}
+
+//! Tiles of the attention kernels for Q/K head dim DQK and V head dim DV (FlashAttention-2's
+//! structure on mma.sync): 4 warps, each owning 16 rows of the block's 64 (queries in the forward
+//! and dQ, keys in dK/dV), so that a warp's S/P fragments and its O (or dQ, dK, dV) accumulator
+//! stay in registers. `inner` rows per inner step (keys, or queries in dK/dV): 64 while the head
+//! dims are at most 128, 32 above (the accumulator of a 256-wide O takes 128 registers per lane;
+//! 64 more for S would spill). Shared-memory rows are padded by 16 bytes so that the eight
+//! 16-byte rows of an ldmatrix or a cp.async wavefront fall in distinct banks (row strides of
+//! 144, 208, 272, 400 and 528 bytes are 4 banks apart modulo 32). dK/dV run as two kernels (dV,
+//! then dK) when DQK + DV > 256: the two accumulators would not fit in registers together. The
+//! numbers come from the register and shared-memory budget (ptxas report, docs/kernels.md), not
+//! from a device measurement (none available).
+template <int DQK, int DV, class T>
 struct attention_tile {
-  static_assert(D == 64 || D == 128, "head dims 64 and 128");
+  static_assert(attention_head_shape_supported(DQK, DV),
+                "head dims (Q/K, V): 64, 96, 128, 192, 256 each, or (192, 128)");
   static constexpr int warps = 4;
   static constexpr int threads = warps * simt::warp_size;
-  static constexpr int rows = 16 * warps;         //!< rows per block (queries, or keys in dK/dV)
-  static constexpr int inner = D <= 64 ? 64 : 32; //!< rows per inner step (keys, or queries)
+  static constexpr int rows = 16 * warps; //!< rows per block (queries, or keys in dK/dV)
+  //! rows per inner step; fp32 (no tensor cores, P staged in shared memory) takes 16 so that its
+  //! doubled tile bytes fit (dK/dV at head dim 256: 205 KB, within sm_90's 227 KB, not sm_80's)
+  static constexpr int inner = sizeof(T) == 4 ? 16 : (DQK > 128 || DV > 128) ? 32 : 64;
+  //! queries per inner step of dK/dV, whose two accumulators leave less room: 32 from head dim
+  //! 128 on (at 64 the S^T and dP^T fragments spilled 20 bytes at 128/128 on sm_90)
+  static constexpr int dkv_inner = DQK + DV >= 256 && inner > 32 ? 32 : inner;
+  //! keys per inner step of dQ: 16 at head dim 256 (32 spilled 8 bytes on sm_80)
+  static constexpr int dq_inner = DQK >= 256 && inner > 16 ? 16 : inner;
   static constexpr int pad = 16 / static_cast<int>(sizeof(T));
-  static constexpr int ld = D + pad;      //!< row stride of the Q/K/V/dO tiles
-  static constexpr int pld = inner + pad; //!< row stride of the per-warp P / dS tiles
-  //! Dynamic shared memory of each kernel, in bytes.
+  static constexpr int ldq = DQK + pad; //!< row stride of the Q/K tiles
+  static constexpr int ldv = DV + pad;  //!< row stride of the V/dO tiles
+  static constexpr int pld = inner + pad;
+  static constexpr bool split_dkv = DQK + DV > 256; //!< dV and dK in two kernels
+  //! fp32 inputs have no tensor-core path: P (and dS) go through a per-warp shared tile.
+  static constexpr int staging = std::is_same_v<T, float> ? warps * 16 * pld : 0;
+  //! Dynamic shared memory of each kernel, in bytes. Forward: Q, one K and one V tile (the K
+  //! of the next step loads while P V runs, the V while Q K^T runs). dQ: Q, dO, two K tiles, one
+  //! V. dK/dV: the block's K and V, two stages of Q and dO, and their LSE and D rows.
   static constexpr std::size_t forward_shared =
-      (rows * ld + 2 * inner * ld + warps * 16 * pld) * sizeof(T);
+      (rows * ldq + inner * ldq + inner * ldv + staging) * sizeof(T);
   static constexpr std::size_t dq_shared =
-      (2 * rows * ld + 2 * inner * ld + warps * 16 * pld) * sizeof(T);
+      (rows * ldq + rows * ldv + 2 * dq_inner * ldq + dq_inner * ldv + staging) * sizeof(T);
   static constexpr std::size_t dkv_shared =
-      (2 * rows * ld + 2 * inner * ld + 2 * warps * 16 * pld) * sizeof(T) +
-      2 * inner * sizeof(float);
+      (rows * ldq + rows * ldv + 2 * dkv_inner * ldq + 2 * dkv_inner * ldv + staging) * sizeof(T) +
+      4 * dkv_inner * sizeof(float);
 };
 
 namespace detail {
 
 DCPP_HOST_DEVICE constexpr float attention_neg_inf() noexcept {
   return -__builtin_huge_valf();
+}
+DCPP_HOST_DEVICE constexpr float attention_pos_inf() noexcept {
+  return __builtin_huge_valf();
 }
 inline constexpr float attention_log2e = 1.4426950408889634f;
 inline constexpr float attention_ln2 = 0.6931471805599453f;
@@ -123,105 +157,83 @@ DCPP_HOST_DEVICE DCPP_FORCE_INLINE float attention_log(float x) {
 DCPP_HOST_DEVICE DCPP_FORCE_INLINE float attention_max(float a, float b) {
   return a > b ? a : b;
 }
-
-//! Whether local row `i` of sequence s (0 .. 2*chunk-1) is real, given the halves' real rows.
-DCPP_HOST_DEVICE DCPP_FORCE_INLINE bool attention_real(const std::int32_t* real, int s, int chunk,
-                                                       int i) {
-  const int half = i >= chunk ? 1 : 0;
-  return i - half * chunk < real[2 * s + half];
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE int attention_min(int a, int b) {
+  return a < b ? a : b;
 }
 
-//! Whether query row i sees key row j (local rows of sequence s) in a step of kind `kind`.
-DCPP_HOST_DEVICE DCPP_FORCE_INLINE bool
-attention_visible(const attention_layout& l, ring_step_kind kind, int s, int chunk, int i, int j) {
-  if (kind == ring_step_kind::diagonal && j > i)
-    return false;
-  if (kind == ring_step_kind::lower && j >= chunk)
-    return false;
-  if (kind == ring_step_kind::upper && i < chunk)
-    return false;
-  return attention_real(l.q_real, s, chunk, i) && attention_real(l.kv_real, s, chunk, j);
+//! The facts of one local sequence a block needs, loaded once: where it starts, its length, the
+//! zigzag chunk and the real rows of each half on this rank (q) and on the KV owner (kv). Real
+//! rows are a prefix of each half, so the visible keys are [0, kr0) and [chunk, chunk + kr1).
+struct attention_sequence {
+  int base, len, chunk, qr0, qr1, kr0, kr1;
+  DCPP_HOST_DEVICE DCPP_FORCE_INLINE bool key_real(int j) const {
+    return j < chunk ? j < kr0 : j - chunk < kr1;
+  }
+  DCPP_HOST_DEVICE DCPP_FORCE_INLINE bool query_real(int i) const {
+    return i < chunk ? i < qr0 : i - chunk < qr1;
+  }
+  //! One past the last real key / query row.
+  DCPP_HOST_DEVICE DCPP_FORCE_INLINE int key_end() const { return kr1 > 0 ? chunk + kr1 : kr0; }
+  DCPP_HOST_DEVICE DCPP_FORCE_INLINE int query_end() const { return qr1 > 0 ? chunk + qr1 : qr0; }
+  //! Whether the key rows [lo, hi) hold a padding row (the gap after the first half's real rows
+  //! or the tail after the second half's).
+  DCPP_HOST_DEVICE DCPP_FORCE_INLINE bool keys_padded(int lo, int hi) const {
+    return (kr0 < chunk && lo < chunk && hi > kr0) || hi > key_end();
+  }
+  DCPP_HOST_DEVICE DCPP_FORCE_INLINE bool queries_padded(int lo, int hi) const {
+    return (qr0 < chunk && lo < chunk && hi > qr0) || hi > query_end();
+  }
+};
+
+inline DCPP_HOST_DEVICE attention_sequence attention_sequence_of(const attention_layout& l, int s) {
+  attention_sequence q;
+  q.base = l.offset[s];
+  q.len = l.offset[s + 1] - q.base;
+  q.chunk = q.len / 2;
+  q.qr0 = l.q_real[2 * s], q.qr1 = l.q_real[2 * s + 1];
+  q.kr0 = l.kv_real[2 * s], q.kr1 = l.kv_real[2 * s + 1];
+  return q;
 }
 
-//! Key rows [lo, hi) a query row range [q0, q1) of a sequence of `len` rows needs.
-DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_key_range(ring_step_kind kind, int len, int q1,
-                                                            int& lo, int& hi) {
+//! Key rows [lo, hi) that query rows up to q1 (exclusive, local) can see in a step of `kind`:
+//! trimmed to the real keys, so only tiles at a boundary need a mask.
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void
+attention_key_range(ring_step_kind kind, const attention_sequence& q, int q1, int& lo, int& hi) {
   lo = 0;
-  hi = kind == ring_step_kind::lower ? len / 2 : len;
+  hi = kind == ring_step_kind::lower ? q.kr0 : q.key_end();
   if (kind == ring_step_kind::diagonal)
-    hi = q1 < len ? q1 : len;
+    hi = attention_min(hi, q1);
 }
 
-//! Query rows [lo, hi) a key row range [k0, k1) of a sequence of `len` rows is seen by.
-DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_query_range(ring_step_kind kind, int len, int k0,
-                                                              int& lo, int& hi) {
-  hi = len;
-  lo = kind == ring_step_kind::upper ? len / 2 : 0;
+//! Query rows [lo, hi) that see key rows from k0 (local) on, trimmed to the real queries.
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void
+attention_query_range(ring_step_kind kind, const attention_sequence& q, int k0, int& lo, int& hi) {
+  hi = q.query_end();
+  lo = kind == ring_step_kind::upper ? q.chunk : 0;
   if (kind == ring_step_kind::diagonal)
     lo = k0;
 }
 
-//! Copies `rows` rows of D elements (row stride `stride` elements) to shared `dst` [cap x LD];
-//! rows past `rows` become zero. Every thread of the block takes part.
-template <int D, int LD, class T, class Ctx>
-DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_load(Ctx& ctx, T* dst, const T* src,
-                                                       std::int64_t stride, int rows, int cap) {
-  const int threads = static_cast<int>(ctx.block_dim().volume());
-  for (int idx = static_cast<int>(simt::thread_rank(ctx)); idx < cap * D; idx += threads) {
-    const int r = idx / D, d = idx % D;
-    dst[r * LD + d] = r < rows ? src[r * stride + d] : from_float<T>(0.0f);
-  }
-}
-
-//! The 32-bit word holding elements i and i+1 (i even) of a 16-bit shared array.
-template <class T>
-DCPP_HOST_DEVICE DCPP_FORCE_INLINE std::uint32_t attention_pair(const T* p, int i) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const std::uint32_t*>(p + i);
-#else
-  std::uint32_t w;
-  std::memcpy(&w, p + i, sizeof w);
-  return w;
-#endif
-}
-
-//! C (16 x 8, fragment `acc`) += A (16 x 16 at `a`, row stride `lda`) * B, where B(k, n) is at
-//! `b[k * bk + n * bn]`; every operand in shared memory. 16-bit types use the warp matrix
-//! instruction; fp32 computes the same fragment with FMAs (fp32 products, k order).
-template <class T, class Ctx>
-DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_mma(Ctx& ctx, simt::mma_accumulator& acc,
-                                                      const T* a, int lda, const T* b, int bk,
-                                                      int bn) {
-  const unsigned lane = simt::lane_of(ctx);
-  if constexpr (std::is_same_v<T, float>) {
-    DCPP_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      const simt::mma_coord c = simt::mma_c_coord(lane, e);
-      float s = acc.x[e];
-      DCPP_UNROLL
-      for (int k = 0; k < 16; ++k)
-        s += a[c.row * lda + k] * b[k * bk + c.col * bn];
-      acc.x[e] = s;
+//! Copies `rows` rows of D elements (global row stride `stride` elements) into shared `dst`
+//! [CAP x LD] with 16-byte cp.async; rows from `rows` to CAP become zero (cp.async's zero fill),
+//! so masked keys multiply zeros, never poison. Every thread of the block issues its share; the
+//! caller commits the group. Rows and the global buffers are 16-byte aligned (checked on entry
+//! to the ring).
+template <int D, int LD, int CAP, int THREADS, class T, class Ctx>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_copy(Ctx& ctx, T* dst, const T* src,
+                                                       std::int64_t stride, int rows) {
+  constexpr int per_vector = 16 / static_cast<int>(sizeof(T));
+  constexpr int per_row = D / per_vector;
+  constexpr int total = CAP * per_row;
+  const int first = static_cast<int>(simt::thread_rank(ctx));
+  DCPP_UNROLL
+  for (int i = 0; i < (total + THREADS - 1) / THREADS; ++i) {
+    const int idx = first + i * THREADS;
+    if (total % THREADS == 0 || idx < total) {
+      const int r = idx / per_row, c = (idx % per_row) * per_vector;
+      const bool valid = r < rows;
+      ctx.cp_async_16(dst + r * LD + c, valid ? src + r * stride + c : src, valid);
     }
-  } else {
-    // Elements 2i and 2i+1 of a fragment are adjacent columns (A) or rows (B): one 32-bit load
-    // where they are adjacent in memory (A always; B when bk == 1, i.e. B is stored transposed).
-    simt::mma_a_fragment fa;
-    DCPP_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      const simt::mma_coord lo = simt::mma_a_coord(lane, 2 * i);
-      fa.x[i] = attention_pair(a, lo.row * lda + lo.col);
-    }
-    simt::mma_b_fragment fb;
-    DCPP_UNROLL
-    for (int i = 0; i < 2; ++i) {
-      const simt::mma_coord lo = simt::mma_b_coord(lane, 2 * i),
-                            hi = simt::mma_b_coord(lane, 2 * i + 1);
-      fb.x[i] = bk == 1
-                    ? attention_pair(b, lo.row + lo.col * bn)
-                    : simt::mma_pack(b[lo.row * bk + lo.col * bn], b[hi.row * bk + hi.col * bn]);
-    }
-    acc = ctx.template mma_m16n8k16<T>(fa, fb, acc);
   }
 }
 
@@ -237,126 +249,288 @@ DCPP_HOST_DEVICE DCPP_FORCE_INLINE float attention_quad_sum(Ctx& ctx, float x) {
   return x + ctx.shuffle_xor(x, 2);
 }
 
-} // namespace detail
-
-//! Forward step: block (tile, head). Online softmax over the step's key tiles; writes the
-//! partial O (fp32) and LSE of every row of the tile (O = 0, LSE = -inf where nothing is
-//! visible). Launch: grid (tiles.count, heads), attention_tile::threads threads, forward_shared.
-template <int D, class T, class Ctx>
-DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>& p) {
-  using cfg = attention_tile<D, T>;
-  constexpr int BM = cfg::rows, BN = cfg::inner, NT = BN / 8, DT = D / 8;
-  constexpr int LD = cfg::ld, PLD = cfg::pld;
-  const int tile = static_cast<int>(ctx.block_index().x), h = static_cast<int>(ctx.block_index().y);
-  const int hk = h / (p.heads / p.kv_heads);
-  const int s = p.tiles.seq[tile], row0 = p.tiles.begin[tile], row1 = p.tiles.end[tile];
-  const int base = p.layout.offset[s], len = p.layout.offset[s + 1] - base, chunk = len / 2;
-  T* qs = ctx.template shared_array<T>(BM * LD);
-  T* ks = ctx.template shared_array<T>(BN * LD);
-  T* vs = ctx.template shared_array<T>(BN * LD);
-  T* ps_all = ctx.template shared_array<T>(cfg::warps * 16 * PLD);
-  const unsigned lane = simt::lane_of(ctx), warp = simt::warp_of(ctx);
-  T* ps = ps_all + warp * 16 * PLD;
-  const std::int64_t q_stride = static_cast<std::int64_t>(p.heads) * D;
-  const std::int64_t kv_stride = static_cast<std::int64_t>(p.kv_heads) * D;
-  detail::attention_load<D, LD>(ctx, qs, p.q + row0 * q_stride + h * D, q_stride, row1 - row0, BM);
-
-  int k_lo, k_hi;
-  detail::attention_key_range(p.kind, len, row1 - base, k_lo, k_hi);
-  const float scale2 = p.scale * detail::attention_log2e;
-  float m[2] = {detail::attention_neg_inf(), detail::attention_neg_inf()}, l[2] = {0.0f, 0.0f};
-  simt::mma_accumulator acc[DT];
-  DCPP_UNROLL
-  for (int dt = 0; dt < DT; ++dt)
-    acc[dt] = {};
-  const int my_row = row0 - base + static_cast<int>(warp) * 16; // local row of the warp's row 0
-
-  for (int kb = k_lo; kb < k_hi; kb += BN) {
-    const int nk = k_hi - kb < BN ? k_hi - kb : BN;
-    ctx.sync_block(); // everyone is done with the previous K/V tile
-    detail::attention_load<D, LD>(ctx, ks, p.k + (base + kb) * kv_stride + hk * D, kv_stride, nk,
-                                  BN);
-    detail::attention_load<D, LD>(ctx, vs, p.v + (base + kb) * kv_stride + hk * D, kv_stride, nk,
-                                  BN);
-    ctx.sync_block();
-    simt::mma_accumulator sc[NT];
-    DCPP_UNROLL
-    for (int nt = 0; nt < NT; ++nt)
-      sc[nt] = {};
-    DCPP_UNROLL
-    for (int kk = 0; kk < D / 16; ++kk) {
-      DCPP_UNROLL
-      for (int nt = 0; nt < NT; ++nt)
-        detail::attention_mma<T>(ctx, sc[nt], qs + warp * 16 * LD + kk * 16, LD,
-                                 ks + nt * 8 * LD + kk * 16, 1, LD);
-    }
-    float mx[2] = {m[0], m[1]};
+//! acc[nt] (16 x 8 each, NT of them) += A B^T over K columns: A is 16 rows of `a` (stride lda),
+//! B the NT * 8 rows of `b` (stride ldb); both row-major in shared memory, the reduction along
+//! their rows (S = Q K^T, dP = dO V^T, S^T = K Q^T, ...). 16-bit inputs: one ldmatrix.x4 for A
+//! and one per pair of n-tiles for B per 16 columns, then mma.sync. fp32: the same fragments
+//! computed with FMAs from shared memory (fp32 products, k order).
+template <int K, int NT, class T, class Ctx>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void
+attention_gemm_abt(Ctx& ctx, simt::mma_accumulator* acc, const T* a, int lda, const T* b, int ldb) {
+  static_assert(K % 16 == 0 && NT % 2 == 0);
+  const unsigned lane = simt::lane_of(ctx);
+  if constexpr (std::is_same_v<T, float>) {
     DCPP_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
       DCPP_UNROLL
       for (int e = 0; e < 4; ++e) {
         const simt::mma_coord c = simt::mma_c_coord(lane, e);
-        const int i = my_row + c.row, j = kb + nt * 8 + c.col;
-        const bool vis = i < row1 - base && j < k_hi &&
-                         detail::attention_visible(p.layout, p.kind, s, chunk, i, j);
-        const float x = vis ? sc[nt].x[e] * scale2 : detail::attention_neg_inf();
-        sc[nt].x[e] = x;
-        mx[e >> 1] = detail::attention_max(mx[e >> 1], x);
+        const float* ar = a + c.row * lda;
+        const float* br = b + (nt * 8 + c.col) * ldb;
+        float s = acc[nt].x[e];
+        DCPP_NO_UNROLL
+        for (int k = 0; k < K; ++k)
+          s += ar[k] * br[k];
+        acc[nt].x[e] = s;
       }
     }
-    float alpha[2];
+  } else {
+    const int l = static_cast<int>(lane);
+    // A: lanes 0-15 address rows 0-15 at column 0, lanes 16-31 the same rows at column 8;
+    // B: lanes 8m..8m+7 address rows (l % 8) + 8 (m / 2) at column 8 (m % 2).
+    const T* a_row = a + (l % 16) * lda + 8 * (l / 16);
+    const T* b_row = b + (l % 8 + 8 * (l / 16)) * ldb + 8 * ((l / 8) % 2);
     DCPP_UNROLL
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = detail::attention_quad_max(ctx, mx[r]);
-      alpha[r] = mx[r] == detail::attention_neg_inf() ? 1.0f : detail::attention_exp2(m[r] - mx[r]);
-      m[r] = mx[r];
-      l[r] *= alpha[r];
-    }
-    DCPP_UNROLL
-    for (int dt = 0; dt < DT; ++dt) {
+    for (int kk = 0; kk < K / 16; ++kk) {
+      const auto fa = ctx.template ldmatrix<4, false>(a_row + kk * 16);
+      const simt::mma_a_fragment af{{fa.x[0], fa.x[1], fa.x[2], fa.x[3]}};
       DCPP_UNROLL
-      for (int e = 0; e < 4; ++e)
-        acc[dt].x[e] *= alpha[e >> 1];
+      for (int np = 0; np < NT / 2; ++np) {
+        const auto fb = ctx.template ldmatrix<4, false>(b_row + np * 16 * ldb + kk * 16);
+        acc[2 * np] = ctx.template mma_m16n8k16<T>(af, {{fb.x[0], fb.x[1]}}, acc[2 * np]);
+        acc[2 * np + 1] = ctx.template mma_m16n8k16<T>(af, {{fb.x[2], fb.x[3]}}, acc[2 * np + 1]);
+      }
     }
+  }
+}
+
+//! acc[dt] (16 x 8 each, DT of them) += P B, where P (16 x K) is held in registers as K/8
+//! accumulator fragments (the S-shaped output of attention_gemm_abt) and B (K x DT*8) is
+//! row-major in shared memory at `b` (stride ldb): O += P V, dQ += dS K, dV += P^T dO, ...
+//! 16-bit inputs: the accumulators of n-tiles 2kk and 2kk+1 are exactly the A fragment of the
+//! k-slice kk (rows g, g+8; columns 2t, 2t+1 and +8), so P never leaves registers; B comes by
+//! ldmatrix.x4.trans, two n-tiles per load. fp32: P goes through the warp's `staging` tile.
+template <int K, int DT, class T, class Ctx>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void
+attention_gemm_pb(Ctx& ctx, simt::mma_accumulator* acc, const simt::mma_accumulator* pfrag,
+                  const T* b, int ldb, T* staging, int sld) {
+  static_assert(K % 16 == 0 && DT % 2 == 0);
+  const unsigned lane = simt::lane_of(ctx);
+  if constexpr (std::is_same_v<T, float>) {
     DCPP_UNROLL
-    for (int nt = 0; nt < NT; ++nt) {
+    for (int nt = 0; nt < K / 8; ++nt) {
       DCPP_UNROLL
       for (int e = 0; e < 4; ++e) {
         const simt::mma_coord c = simt::mma_c_coord(lane, e);
-        const float x = sc[nt].x[e];
-        const float pv =
-            x == detail::attention_neg_inf() ? 0.0f : detail::attention_exp2(x - m[e >> 1]);
-        l[e >> 1] += pv;
-        ps[c.row * PLD + nt * 8 + c.col] = from_float<T>(pv);
+        staging[c.row * sld + nt * 8 + c.col] = pfrag[nt].x[e];
       }
     }
     ctx.sync_warp();
     DCPP_UNROLL
-    for (int kk = 0; kk < BN / 16; ++kk) {
+    for (int dt = 0; dt < DT; ++dt) {
       DCPP_UNROLL
-      for (int dt = 0; dt < DT; ++dt)
-        detail::attention_mma<T>(ctx, acc[dt], ps + kk * 16, PLD, vs + kk * 16 * LD + dt * 8, LD,
-                                 1);
+      for (int e = 0; e < 4; ++e) {
+        const simt::mma_coord c = simt::mma_c_coord(lane, e);
+        float s = acc[dt].x[e];
+        DCPP_NO_UNROLL
+        for (int k = 0; k < K; ++k)
+          s += staging[c.row * sld + k] * b[k * ldb + dt * 8 + c.col];
+        acc[dt].x[e] = s;
+      }
+    }
+    ctx.sync_warp(); // the staging tile is rewritten by the next call
+  } else {
+    const int l = static_cast<int>(lane);
+    // lanes 8m..8m+7 address rows (l % 8) + 8 (m % 2) at column 8 (m / 2): with .trans the four
+    // matrices are B's (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15).
+    const T* b_row = b + (l % 8 + 8 * ((l / 8) % 2)) * ldb + 8 * (l / 16);
+    DCPP_UNROLL
+    for (int kk = 0; kk < K / 16; ++kk) {
+      const simt::mma_accumulator& lo = pfrag[2 * kk];
+      const simt::mma_accumulator& hi = pfrag[2 * kk + 1];
+      const simt::mma_a_fragment af{
+          {simt::mma_pack(from_float<T>(lo.x[0]), from_float<T>(lo.x[1])),
+           simt::mma_pack(from_float<T>(lo.x[2]), from_float<T>(lo.x[3])),
+           simt::mma_pack(from_float<T>(hi.x[0]), from_float<T>(hi.x[1])),
+           simt::mma_pack(from_float<T>(hi.x[2]), from_float<T>(hi.x[3]))}};
+      DCPP_UNROLL
+      for (int dp = 0; dp < DT / 2; ++dp) {
+        const auto fb = ctx.template ldmatrix<4, true>(b_row + kk * 16 * ldb + dp * 16);
+        acc[2 * dp] = ctx.template mma_m16n8k16<T>(af, {{fb.x[0], fb.x[1]}}, acc[2 * dp]);
+        acc[2 * dp + 1] = ctx.template mma_m16n8k16<T>(af, {{fb.x[2], fb.x[3]}}, acc[2 * dp + 1]);
+      }
     }
   }
+}
+
+//! Two adjacent fp32 values to global memory in one 8-byte store (`dst` 8-byte aligned), or
+//! added to what is there; on the device through PTX's vector load/store (no type punning).
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_store2(float* dst, float a, float b) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
+#else
+  dst[0] = a, dst[1] = b;
+#endif
+}
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_add2(float* dst, float a, float b) {
+#if defined(__CUDA_ARCH__)
+  float x, y;
+  asm volatile("ld.global.v2.f32 {%0, %1}, [%2];\n" : "=f"(x), "=f"(y) : "l"(dst) : "memory");
+  asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x + a), "f"(y + b) : "memory");
+#else
+  dst[0] += a, dst[1] += b;
+#endif
+}
+
+} // namespace detail
+
+//! Forward step: block (tile, head), FlashAttention-2's loop. Q is loaded once; per key tile the
+//! next K streams in (cp.async) while P V runs and V while Q K^T runs; the online softmax keeps
+//! P in registers; only tiles at a boundary (the causal diagonal, a padding gap, the end of the
+//! keys) are masked. Writes the partial O (fp32, 8-byte stores) and LSE of every row of the tile
+//! (O = 0, LSE = -inf where nothing is visible or the query is padding).
+//! Launch: grid (tiles.count, heads), attention_tile::threads threads, forward_shared bytes.
+template <int DQK, int DV, class T, class Ctx>
+DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>& p) {
+  using cfg = attention_tile<DQK, DV, T>;
+  constexpr int BM = cfg::rows, BN = cfg::inner, NT = BN / 8, DT = DV / 8;
+  constexpr int LDQ = cfg::ldq, LDV = cfg::ldv, TH = cfg::threads;
+  const int tile = static_cast<int>(ctx.block_index().x), h = static_cast<int>(ctx.block_index().y);
+  const int hk = h / (p.heads / p.kv_heads);
+  const int s = p.tiles.seq[tile], row0 = p.tiles.begin[tile], row1 = p.tiles.end[tile];
+  const detail::attention_sequence sq = detail::attention_sequence_of(p.layout, s);
+  T* qs = ctx.template shared_array<T>(BM * LDQ);
+  T* ks = ctx.template shared_array<T>(BN * LDQ);
+  T* vs = ctx.template shared_array<T>(BN * LDV);
+  T* staging = ctx.template shared_array<T>(cfg::staging);
+  const unsigned lane = simt::lane_of(ctx), warp = simt::warp_of(ctx);
+  const std::int64_t q_stride = static_cast<std::int64_t>(p.heads) * DQK;
+  const std::int64_t o_stride = static_cast<std::int64_t>(p.heads) * DV;
+  const std::int64_t k_stride = static_cast<std::int64_t>(p.kv_heads) * DQK;
+  const std::int64_t v_stride = static_cast<std::int64_t>(p.kv_heads) * DV;
+  const T* k_base = p.k + static_cast<std::int64_t>(sq.base) * k_stride + hk * DQK;
+  const T* v_base = p.v + static_cast<std::int64_t>(sq.base) * v_stride + hk * DV;
+
+  int k_lo, k_hi;
+  detail::attention_key_range(p.kind, sq, row1 - sq.base, k_lo, k_hi);
+  const int n_tiles = k_hi > k_lo ? (k_hi - k_lo + BN - 1) / BN : 0;
+  detail::attention_copy<DQK, LDQ, BM, TH>(ctx, qs, p.q + row0 * q_stride + h * DQK, q_stride,
+                                           row1 - row0);
+  if (n_tiles > 0)
+    detail::attention_copy<DQK, LDQ, BN, TH>(ctx, ks, k_base + k_lo * k_stride, k_stride,
+                                             detail::attention_min(BN, k_hi - k_lo));
+  ctx.cp_async_commit(); // group: Q and the first K
+
+  const float scale2 = p.scale * detail::attention_log2e;
+  const int warp_row = row0 - sq.base + static_cast<int>(warp) * 16; // local row of fragment row 0
+  const int g = static_cast<int>(lane / 4);
+  float m[2] = {detail::attention_neg_inf(), detail::attention_neg_inf()}; // scaled (log2) max
+  float l[2] = {0.0f, 0.0f};
+  simt::mma_accumulator acc[DT];
+  DCPP_UNROLL
+  for (int dt = 0; dt < DT; ++dt)
+    acc[dt] = {};
+  T* warp_staging = staging + warp * 16 * cfg::pld;
+
+  // One key tile; Masked: the tile may cross the causal diagonal, a padding gap or the end of
+  // the keys (a separate instance, so that the clean tiles carry no mask code at all).
+  const auto step = [&](int t, auto masked_tile) {
+    constexpr bool Masked = decltype(masked_tile)::value;
+    const int kb = k_lo + t * BN, nk = detail::attention_min(BN, k_hi - kb);
+    ctx.template cp_async_wait<0>();
+    ctx.sync_block(); // K_t is in; every warp is done with V_{t-1}
+    detail::attention_copy<DV, LDV, BN, TH>(ctx, vs, v_base + kb * v_stride, v_stride, nk);
+    ctx.cp_async_commit();
+
+    // A warp whose rows all precede the tile's keys (causal) skips it; the barriers stay shared.
+    const bool warp_active = !Masked || p.kind != ring_step_kind::diagonal || kb <= warp_row + 15;
+    simt::mma_accumulator sc[NT];
+    if (warp_active) {
+      DCPP_UNROLL
+      for (int nt = 0; nt < NT; ++nt)
+        sc[nt] = {};
+      detail::attention_gemm_abt<DQK, NT>(ctx, sc, qs + warp * 16 * LDQ, LDQ, ks, LDQ);
+      if (Masked && (kb + BN > k_hi || sq.keys_padded(kb, kb + BN) ||
+                     (p.kind == ring_step_kind::diagonal && kb + BN - 1 > warp_row))) {
+        DCPP_UNROLL
+        for (int nt = 0; nt < NT; ++nt) {
+          DCPP_UNROLL
+          for (int e = 0; e < 4; ++e) {
+            const simt::mma_coord c = simt::mma_c_coord(lane, e);
+            const int i = warp_row + c.row, j = kb + nt * 8 + c.col;
+            const bool visible =
+                j < k_hi && sq.key_real(j) && (p.kind != ring_step_kind::diagonal || j <= i);
+            if (!visible)
+              sc[nt].x[e] = detail::attention_neg_inf();
+          }
+        }
+      }
+      // Online softmax in base 2: m is the running max of scale2 * S per fragment row.
+      float mx[2] = {m[0], m[1]};
+      DCPP_UNROLL
+      for (int nt = 0; nt < NT; ++nt) {
+        DCPP_UNROLL
+        for (int e = 0; e < 4; ++e)
+          mx[e >> 1] = detail::attention_max(mx[e >> 1], sc[nt].x[e] * scale2);
+      }
+      float base[2];
+      DCPP_UNROLL
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = detail::attention_quad_max(ctx, mx[r]);
+        // a row with nothing visible yet keeps max -inf; subtracting 0 instead gives exp2(-inf)
+        base[r] = mx[r] == detail::attention_neg_inf() ? 0.0f : mx[r];
+        const float alpha = detail::attention_exp2(m[r] - base[r]);
+        m[r] = mx[r];
+        l[r] *= alpha;
+        DCPP_UNROLL
+        for (int dt = 0; dt < DT; ++dt) {
+          acc[dt].x[2 * r] *= alpha;
+          acc[dt].x[2 * r + 1] *= alpha;
+        }
+      }
+      DCPP_UNROLL
+      for (int nt = 0; nt < NT; ++nt) {
+        DCPP_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          const float pv = detail::attention_exp2(sc[nt].x[e] * scale2 - base[e >> 1]);
+          l[e >> 1] += pv;
+          sc[nt].x[e] = pv;
+        }
+      }
+    }
+    ctx.template cp_async_wait<0>();
+    ctx.sync_block(); // V_t is in; every warp is done with K_t
+    if (t + 1 < n_tiles) {
+      const int kn = kb + BN;
+      detail::attention_copy<DQK, LDQ, BN, TH>(ctx, ks, k_base + kn * k_stride, k_stride,
+                                               detail::attention_min(BN, k_hi - kn));
+      ctx.cp_async_commit();
+    }
+    if (warp_active)
+      detail::attention_gemm_pb<BN, DT>(ctx, acc, sc, vs, LDV, warp_staging, cfg::pld);
+  };
+  // The leading tiles before the first boundary (the diagonal at the block's first row, the
+  // padding gap after the first half's real keys, the end of the keys) need no mask.
+  int boundary = k_hi;
+  if (sq.kr0 < sq.chunk)
+    boundary = detail::attention_min(boundary, sq.kr0);
+  if (p.kind == ring_step_kind::diagonal)
+    boundary = detail::attention_min(boundary, row0 - sq.base + 1);
+  const int n_clean = boundary > k_lo ? detail::attention_min((boundary - k_lo) / BN, n_tiles) : 0;
+  int t = 0;
+  for (; t < n_clean; ++t)
+    step(t, std::false_type{});
+  for (; t < n_tiles; ++t)
+    step(t, std::true_type{});
+  ctx.template cp_async_wait<0>(); // no copy outlives the block
 
   DCPP_UNROLL
-  for (int r = 0; r < 2; ++r)
+  for (int r = 0; r < 2; ++r) {
     l[r] = detail::attention_quad_sum(ctx, l[r]);
-  DCPP_UNROLL
-  for (int e = 0; e < 4; ++e) {
-    const simt::mma_coord c = simt::mma_c_coord(lane, e);
-    const int row = row0 + static_cast<int>(warp) * 16 + c.row;
+    const int i = warp_row + g + 8 * r; // local row
+    const int row = sq.base + i;
     if (row >= row1)
       continue;
-    const float inv = l[e >> 1] > 0.0f ? 1.0f / l[e >> 1] : 0.0f;
+    const bool live = l[r] > 0.0f && sq.query_real(i);
+    const float inv = live ? 1.0f / l[r] : 0.0f;
+    float* o = p.o + row * o_stride + h * DV + 2 * static_cast<int>(lane % 4);
     DCPP_UNROLL
     for (int dt = 0; dt < DT; ++dt)
-      p.o[row * q_stride + h * D + dt * 8 + c.col] = acc[dt].x[e] * inv;
-    if (c.col == 0 && (e & 1) == 0)
+      detail::attention_store2(o + dt * 8, acc[dt].x[2 * r] * inv, acc[dt].x[2 * r + 1] * inv);
+    if (lane % 4 == 0)
       p.lse[static_cast<std::int64_t>(row) * p.heads + h] =
-          l[e >> 1] > 0.0f ? m[e >> 1] * detail::attention_ln2 + detail::attention_log(l[e >> 1])
-                           : detail::attention_neg_inf();
+          live ? m[r] * detail::attention_ln2 + detail::attention_log(l[r])
+               : detail::attention_neg_inf();
   }
 }
 
@@ -417,207 +591,290 @@ DCPP_HOST_DEVICE void attention_dsum_body(Ctx& ctx, const attention_params<T>& p
   p.dsum[i] = sum;
 }
 
-//! Backward dQ of a step: block (query tile, head); recomputes P from the final LSE, adds
-//! scale * dS K to p.dq for the tile's rows. Launch like the forward, dq_shared bytes.
-template <int D, class T, class Ctx>
+namespace detail {
+
+//! Per fragment row (g, g + 8) of a warp's 16 query rows: the final LSE in log2 units and
+//! rowsum(dO * O). A row that is padding, past the tile or sees nothing gets LSE +inf, so its P
+//! is exactly 0 without a mask.
+template <class T>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void
+attention_row_stats(const attention_params<T>& p, const attention_sequence& sq, int local_row,
+                    int row1, int h, float& lse2, float& dsum) {
+  const int row = sq.base + local_row;
+  lse2 = attention_pos_inf();
+  dsum = 0.0f;
+  if (row < row1 && sq.query_real(local_row)) {
+    const std::int64_t at = static_cast<std::int64_t>(row) * p.heads + h;
+    const float lse = p.lse_final[at];
+    if (lse != attention_neg_inf()) {
+      lse2 = lse * attention_log2e;
+      dsum = p.dsum[at];
+    }
+  }
+}
+
+} // namespace detail
+
+//! Backward dQ of a step: block (query tile, head), FlashAttention-2's dQ loop. Q and dO are
+//! loaded once; per key tile S = Q K^T and dP = dO V^T give P (from the final LSE) and
+//! dS = P (dP - D) in registers, and dQ += dS K with dS as the A operand. K is double-buffered:
+//! the next K and V load while dS K runs. dQ is one pass per query tile over all its keys (no
+//! atomics: the result is deterministic). Adds scale * dS K to p.dq for the tile's rows.
+//! Launch like the forward, dq_shared bytes.
+template <int DQK, int DV, class T, class Ctx>
 DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) {
-  using cfg = attention_tile<D, T>;
-  constexpr int BM = cfg::rows, BN = cfg::inner, NT = BN / 8, DT = D / 8;
-  constexpr int LD = cfg::ld, PLD = cfg::pld;
+  using cfg = attention_tile<DQK, DV, T>;
+  constexpr int BM = cfg::rows, BN = cfg::dq_inner, NT = BN / 8, DT = DQK / 8;
+  constexpr int LDQ = cfg::ldq, LDV = cfg::ldv, TH = cfg::threads;
   const int tile = static_cast<int>(ctx.block_index().x), h = static_cast<int>(ctx.block_index().y);
   const int hk = h / (p.heads / p.kv_heads);
   const int s = p.tiles.seq[tile], row0 = p.tiles.begin[tile], row1 = p.tiles.end[tile];
-  const int base = p.layout.offset[s], len = p.layout.offset[s + 1] - base, chunk = len / 2;
-  T* qs = ctx.template shared_array<T>(BM * LD);
-  T* dos = ctx.template shared_array<T>(BM * LD);
-  T* ks = ctx.template shared_array<T>(BN * LD);
-  T* vs = ctx.template shared_array<T>(BN * LD);
-  T* ds_all = ctx.template shared_array<T>(cfg::warps * 16 * PLD);
+  const detail::attention_sequence sq = detail::attention_sequence_of(p.layout, s);
+  T* qs = ctx.template shared_array<T>(BM * LDQ);
+  T* dos = ctx.template shared_array<T>(BM * LDV);
+  T* ks = ctx.template shared_array<T>(2 * BN * LDQ);
+  T* vs = ctx.template shared_array<T>(BN * LDV);
+  T* staging = ctx.template shared_array<T>(cfg::staging);
   const unsigned lane = simt::lane_of(ctx), warp = simt::warp_of(ctx);
-  T* ds = ds_all + warp * 16 * PLD;
-  const std::int64_t q_stride = static_cast<std::int64_t>(p.heads) * D;
-  const std::int64_t kv_stride = static_cast<std::int64_t>(p.kv_heads) * D;
-  detail::attention_load<D, LD>(ctx, qs, p.q + row0 * q_stride + h * D, q_stride, row1 - row0, BM);
-  detail::attention_load<D, LD>(ctx, dos, p.dout + row0 * q_stride + h * D, q_stride, row1 - row0,
-                                BM);
-  const int my_row = row0 - base + static_cast<int>(warp) * 16;
+  const std::int64_t q_stride = static_cast<std::int64_t>(p.heads) * DQK;
+  const std::int64_t o_stride = static_cast<std::int64_t>(p.heads) * DV;
+  const std::int64_t k_stride = static_cast<std::int64_t>(p.kv_heads) * DQK;
+  const std::int64_t v_stride = static_cast<std::int64_t>(p.kv_heads) * DV;
+  const T* k_base = p.k + static_cast<std::int64_t>(sq.base) * k_stride + hk * DQK;
+  const T* v_base = p.v + static_cast<std::int64_t>(sq.base) * v_stride + hk * DV;
+
+  int k_lo, k_hi;
+  detail::attention_key_range(p.kind, sq, row1 - sq.base, k_lo, k_hi);
+  const int n_tiles = k_hi > k_lo ? (k_hi - k_lo + BN - 1) / BN : 0;
+  detail::attention_copy<DQK, LDQ, BM, TH>(ctx, qs, p.q + row0 * q_stride + h * DQK, q_stride,
+                                           row1 - row0);
+  detail::attention_copy<DV, LDV, BM, TH>(ctx, dos, p.dout + row0 * o_stride + h * DV, o_stride,
+                                          row1 - row0);
+  if (n_tiles > 0) {
+    detail::attention_copy<DQK, LDQ, BN, TH>(ctx, ks, k_base + k_lo * k_stride, k_stride,
+                                             detail::attention_min(BN, k_hi - k_lo));
+    detail::attention_copy<DV, LDV, BN, TH>(ctx, vs, v_base + k_lo * v_stride, v_stride,
+                                            detail::attention_min(BN, k_hi - k_lo));
+  }
+  ctx.cp_async_commit();
+
+  const int warp_row = row0 - sq.base + static_cast<int>(warp) * 16;
+  const int g = static_cast<int>(lane / 4);
   float lse2[2], dsum[2];
   DCPP_UNROLL
-  for (int r = 0; r < 2; ++r) {
-    const int row = base + my_row + static_cast<int>(lane / 4) + r * 8;
-    const bool in = row < row1;
-    lse2[r] =
-        in ? p.lse_final[static_cast<std::int64_t>(row) * p.heads + h] * detail::attention_log2e
-           : 0.0f;
-    dsum[r] = in ? p.dsum[static_cast<std::int64_t>(row) * p.heads + h] : 0.0f;
-  }
-  int k_lo, k_hi;
-  detail::attention_key_range(p.kind, len, row1 - base, k_lo, k_hi);
+  for (int r = 0; r < 2; ++r)
+    detail::attention_row_stats(p, sq, warp_row + g + 8 * r, row1, h, lse2[r], dsum[r]);
   const float scale2 = p.scale * detail::attention_log2e;
   simt::mma_accumulator acc[DT];
   DCPP_UNROLL
   for (int dt = 0; dt < DT; ++dt)
     acc[dt] = {};
+  T* warp_staging = staging + warp * 16 * cfg::pld;
 
-  for (int kb = k_lo; kb < k_hi; kb += BN) {
-    const int nk = k_hi - kb < BN ? k_hi - kb : BN;
-    ctx.sync_block();
-    detail::attention_load<D, LD>(ctx, ks, p.k + (base + kb) * kv_stride + hk * D, kv_stride, nk,
-                                  BN);
-    detail::attention_load<D, LD>(ctx, vs, p.v + (base + kb) * kv_stride + hk * D, kv_stride, nk,
-                                  BN);
-    ctx.sync_block();
+  for (int t = 0; t < n_tiles; ++t) {
+    const int kb = k_lo + t * BN;
+    const T* kt = ks + (t % 2) * BN * LDQ;
+    ctx.template cp_async_wait<0>();
+    ctx.sync_block(); // K_t and V_t are in; every warp is done with K_{t-1}
+    const bool warp_active = p.kind != ring_step_kind::diagonal || kb <= warp_row + 15;
     simt::mma_accumulator sc[NT], dp[NT];
-    DCPP_UNROLL
-    for (int nt = 0; nt < NT; ++nt)
-      sc[nt] = {}, dp[nt] = {};
-    DCPP_UNROLL
-    for (int kk = 0; kk < D / 16; ++kk) {
+    if (warp_active) {
+      DCPP_UNROLL
+      for (int nt = 0; nt < NT; ++nt)
+        sc[nt] = {}, dp[nt] = {};
+      detail::attention_gemm_abt<DQK, NT>(ctx, sc, qs + warp * 16 * LDQ, LDQ, kt, LDQ);
+      detail::attention_gemm_abt<DV, NT>(ctx, dp, dos + warp * 16 * LDV, LDV, vs, LDV);
+      const bool masked = kb + BN > k_hi || sq.keys_padded(kb, kb + BN) ||
+                          (p.kind == ring_step_kind::diagonal && kb + BN - 1 > warp_row);
       DCPP_UNROLL
       for (int nt = 0; nt < NT; ++nt) {
-        detail::attention_mma<T>(ctx, sc[nt], qs + warp * 16 * LD + kk * 16, LD,
-                                 ks + nt * 8 * LD + kk * 16, 1, LD);
-        detail::attention_mma<T>(ctx, dp[nt], dos + warp * 16 * LD + kk * 16, LD,
-                                 vs + nt * 8 * LD + kk * 16, 1, LD);
+        DCPP_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          float pv = detail::attention_exp2(sc[nt].x[e] * scale2 - lse2[e >> 1]);
+          if (masked) {
+            const simt::mma_coord c = simt::mma_c_coord(lane, e);
+            const int i = warp_row + c.row, j = kb + nt * 8 + c.col;
+            if (!(j < k_hi && sq.key_real(j) && (p.kind != ring_step_kind::diagonal || j <= i)))
+              pv = 0.0f;
+          }
+          sc[nt].x[e] = pv * (dp[nt].x[e] - dsum[e >> 1]); // dS
+        }
       }
     }
-    DCPP_UNROLL
-    for (int nt = 0; nt < NT; ++nt) {
-      DCPP_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const simt::mma_coord c = simt::mma_c_coord(lane, e);
-        const int i = my_row + c.row, j = kb + nt * 8 + c.col;
-        const bool vis = i < row1 - base && j < k_hi &&
-                         detail::attention_visible(p.layout, p.kind, s, chunk, i, j);
-        const float pv = vis ? detail::attention_exp2(sc[nt].x[e] * scale2 - lse2[e >> 1]) : 0.0f;
-        ds[c.row * PLD + nt * 8 + c.col] = from_float<T>(pv * (dp[nt].x[e] - dsum[e >> 1]));
-      }
+    ctx.sync_block(); // every warp is done with V_t
+    if (t + 1 < n_tiles) {
+      const int kn = kb + BN, nk = detail::attention_min(BN, k_hi - kn);
+      detail::attention_copy<DQK, LDQ, BN, TH>(ctx, ks + ((t + 1) % 2) * BN * LDQ,
+                                               k_base + kn * k_stride, k_stride, nk);
+      detail::attention_copy<DV, LDV, BN, TH>(ctx, vs, v_base + kn * v_stride, v_stride, nk);
+      ctx.cp_async_commit();
     }
-    ctx.sync_warp();
-    DCPP_UNROLL
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      DCPP_UNROLL
-      for (int dt = 0; dt < DT; ++dt)
-        detail::attention_mma<T>(ctx, acc[dt], ds + kk * 16, PLD, ks + kk * 16 * LD + dt * 8, LD,
-                                 1);
-    }
+    if (warp_active)
+      detail::attention_gemm_pb<BN, DT>(ctx, acc, sc, kt, LDQ, warp_staging, cfg::pld);
   }
+  ctx.template cp_async_wait<0>(); // no copy outlives the block
+
   DCPP_UNROLL
-  for (int e = 0; e < 4; ++e) {
-    const simt::mma_coord c = simt::mma_c_coord(lane, e);
-    const int row = row0 + static_cast<int>(warp) * 16 + c.row;
+  for (int r = 0; r < 2; ++r) {
+    const int row = sq.base + warp_row + g + 8 * r;
     if (row >= row1)
       continue;
+    float* dq = p.dq + row * q_stride + h * DQK + 2 * static_cast<int>(lane % 4);
     DCPP_UNROLL
     for (int dt = 0; dt < DT; ++dt)
-      p.dq[row * q_stride + h * D + dt * 8 + c.col] += acc[dt].x[e] * p.scale;
+      detail::attention_add2(dq + dt * 8, acc[dt].x[2 * r] * p.scale,
+                             acc[dt].x[2 * r + 1] * p.scale);
   }
 }
 
-//! Backward dK/dV of a step: block (key tile, KV head); loops over the KV head's query heads and
-//! the query tiles that see the keys, adds scale * dS^T Q to p.dk and P^T dO to p.dv for the
+//! Which accumulators a dK/dV launch computes (both, or one each in two launches when the two
+//! would not fit in registers together: attention_tile::split_dkv).
+enum class attention_dkv_part : int { both = 0, dv = 1, dk = 2 };
+
+//! Backward dK/dV of a step: block (key tile, KV head), FlashAttention-2's dK/dV loop. K and V
+//! of the block stay in shared memory; for every query head of the KV head and every query tile
+//! that sees the keys, S^T = K Q^T and dP^T = V dO^T give P^T and dS^T in registers, the A
+//! operands of dV += P^T dO and dK += dS^T Q. Q, dO and their LSE/D rows are double-buffered (the
+//! next tile loads during this one). Adds scale * dS^T Q to p.dk and P^T dO to p.dv for the
 //! tile's key rows. Launch: grid (tiles.count, kv_heads), threads as above, dkv_shared bytes.
-template <int D, class T, class Ctx>
+template <int DQK, int DV, class T, attention_dkv_part Part = attention_dkv_part::both, class Ctx>
 DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p) {
-  using cfg = attention_tile<D, T>;
-  constexpr int BN = cfg::rows, BM = cfg::inner, MT = BM / 8, DT = D / 8;
-  constexpr int LD = cfg::ld, PLD = cfg::pld;
+  using cfg = attention_tile<DQK, DV, T>;
+  constexpr int BN = cfg::rows, BM = cfg::dkv_inner, MT = BM / 8, DTQ = DQK / 8, DTV = DV / 8;
+  constexpr int LDQ = cfg::ldq, LDV = cfg::ldv, TH = cfg::threads;
+  constexpr bool want_dv = Part != attention_dkv_part::dk, want_dk = Part != attention_dkv_part::dv;
   const int tile = static_cast<int>(ctx.block_index().x),
             hk = static_cast<int>(ctx.block_index().y);
   const int group = p.heads / p.kv_heads;
   const int s = p.tiles.seq[tile], key0 = p.tiles.begin[tile], key1 = p.tiles.end[tile];
-  const int base = p.layout.offset[s], len = p.layout.offset[s + 1] - base, chunk = len / 2;
-  T* ks = ctx.template shared_array<T>(BN * LD);
-  T* vs = ctx.template shared_array<T>(BN * LD);
-  T* qs = ctx.template shared_array<T>(BM * LD);
-  T* dos = ctx.template shared_array<T>(BM * LD);
-  T* pt_all = ctx.template shared_array<T>(cfg::warps * 16 * PLD);
-  T* dst_all = ctx.template shared_array<T>(cfg::warps * 16 * PLD);
-  float* lse2_s = ctx.template shared_array<float>(BM);
-  float* dsum_s = ctx.template shared_array<float>(BM);
+  const detail::attention_sequence sq = detail::attention_sequence_of(p.layout, s);
+  T* ks = ctx.template shared_array<T>(BN * LDQ);
+  T* vs = ctx.template shared_array<T>(BN * LDV);
+  T* qs = ctx.template shared_array<T>(2 * BM * LDQ);
+  T* dos = ctx.template shared_array<T>(2 * BM * LDV);
+  T* staging = ctx.template shared_array<T>(cfg::staging);
+  float* lse_s = ctx.template shared_array<float>(2 * BM);
+  float* dsum_s = ctx.template shared_array<float>(2 * BM);
   const unsigned lane = simt::lane_of(ctx), warp = simt::warp_of(ctx);
-  T* pt = pt_all + warp * 16 * PLD;
-  T* dst = dst_all + warp * 16 * PLD;
-  const int threads = static_cast<int>(ctx.block_dim().volume());
-  const std::int64_t q_stride = static_cast<std::int64_t>(p.heads) * D;
-  const std::int64_t kv_stride = static_cast<std::int64_t>(p.kv_heads) * D;
-  detail::attention_load<D, LD>(ctx, ks, p.k + key0 * kv_stride + hk * D, kv_stride, key1 - key0,
-                                BN);
-  detail::attention_load<D, LD>(ctx, vs, p.v + key0 * kv_stride + hk * D, kv_stride, key1 - key0,
-                                BN);
-  const int my_key = key0 - base + static_cast<int>(warp) * 16; // local key of the warp's row 0
-  int q_lo, q_hi;
-  detail::attention_query_range(p.kind, len, key0 - base, q_lo, q_hi);
-  const float scale2 = p.scale * detail::attention_log2e;
-  simt::mma_accumulator dk[DT], dv[DT];
-  DCPP_UNROLL
-  for (int dt = 0; dt < DT; ++dt)
-    dk[dt] = {}, dv[dt] = {};
+  const std::int64_t q_stride = static_cast<std::int64_t>(p.heads) * DQK;
+  const std::int64_t o_stride = static_cast<std::int64_t>(p.heads) * DV;
+  const std::int64_t k_stride = static_cast<std::int64_t>(p.kv_heads) * DQK;
+  const std::int64_t v_stride = static_cast<std::int64_t>(p.kv_heads) * DV;
+  const int thread = static_cast<int>(simt::thread_rank(ctx));
 
-  for (int h = hk * group; h < (hk + 1) * group; ++h) {
-    for (int qb = q_lo; qb < q_hi; qb += BM) {
-      const int nq = q_hi - qb < BM ? q_hi - qb : BM;
-      ctx.sync_block();
-      detail::attention_load<D, LD>(ctx, qs, p.q + (base + qb) * q_stride + h * D, q_stride, nq,
-                                    BM);
-      detail::attention_load<D, LD>(ctx, dos, p.dout + (base + qb) * q_stride + h * D, q_stride, nq,
-                                    BM);
-      for (int r = static_cast<int>(simt::thread_rank(ctx)); r < BM; r += threads) {
-        const std::int64_t at = static_cast<std::int64_t>(base + qb + r) * p.heads + h;
-        lse2_s[r] = r < nq ? p.lse_final[at] * detail::attention_log2e : 0.0f;
-        dsum_s[r] = r < nq ? p.dsum[at] : 0.0f;
+  detail::attention_copy<DQK, LDQ, BN, TH>(ctx, ks, p.k + key0 * k_stride + hk * DQK, k_stride,
+                                           key1 - key0);
+  if constexpr (want_dk) // V feeds dP^T, which only dK needs
+    detail::attention_copy<DV, LDV, BN, TH>(ctx, vs, p.v + key0 * v_stride + hk * DV, v_stride,
+                                            key1 - key0);
+  int q_lo, q_hi;
+  detail::attention_query_range(p.kind, sq, key0 - sq.base, q_lo, q_hi);
+  const int per_head = q_hi > q_lo ? (q_hi - q_lo + BM - 1) / BM : 0;
+  const int n_tiles = per_head * group;
+  // Query tile t: head hk * group + t / per_head, rows from q_lo + (t % per_head) * BM.
+  auto issue = [&](int t, int stage) {
+    const int h = hk * group + t / per_head, qb = q_lo + (t % per_head) * BM;
+    const int nq = detail::attention_min(BM, q_hi - qb);
+    const std::int64_t first = sq.base + qb;
+    detail::attention_copy<DQK, LDQ, BM, TH>(ctx, qs + stage * BM * LDQ,
+                                             p.q + first * q_stride + h * DQK, q_stride, nq);
+    detail::attention_copy<DV, LDV, BM, TH>(ctx, dos + stage * BM * LDV,
+                                            p.dout + first * o_stride + h * DV, o_stride, nq);
+    for (int r = thread; r < BM; r += TH)
+      detail::attention_row_stats(p, sq, qb + r, sq.base + q_hi, h, lse_s[stage * BM + r],
+                                  dsum_s[stage * BM + r]);
+  };
+  if (n_tiles > 0)
+    issue(0, 0);
+  ctx.cp_async_commit();
+
+  const int warp_key = key0 - sq.base + static_cast<int>(warp) * 16; // local key of row 0
+  const bool warp_keys_padded = sq.keys_padded(warp_key, warp_key + 16);
+  const float scale2 = p.scale * detail::attention_log2e;
+  simt::mma_accumulator dk[want_dk ? DTQ : 1], dv[want_dv ? DTV : 1];
+  DCPP_UNROLL
+  for (int dt = 0; dt < (want_dk ? DTQ : 1); ++dt)
+    dk[dt] = {};
+  DCPP_UNROLL
+  for (int dt = 0; dt < (want_dv ? DTV : 1); ++dt)
+    dv[dt] = {};
+  T* warp_staging = staging + warp * 16 * cfg::pld;
+
+  for (int t = 0; t < n_tiles; ++t) {
+    const int stage = t % 2, qb = q_lo + (t % per_head) * BM;
+    ctx.template cp_async_wait<0>();
+    ctx.sync_block(); // tile t is in; every warp is done with tile t-1's buffers
+    if (t + 1 < n_tiles) {
+      issue(t + 1, stage ^ 1);
+      ctx.cp_async_commit();
+    }
+    const T* qt = qs + stage * BM * LDQ;
+    const T* dot = dos + stage * BM * LDV;
+    const float* lse2 = lse_s + stage * BM;
+    const float* dsum = dsum_s + stage * BM;
+    // causal: a warp whose keys all follow the tile's queries sees none of them
+    if (p.kind == ring_step_kind::diagonal && qb + BM - 1 < warp_key)
+      continue;
+    simt::mma_accumulator st[MT];
+    DCPP_UNROLL
+    for (int mt = 0; mt < MT; ++mt)
+      st[mt] = {};
+    detail::attention_gemm_abt<DQK, MT>(ctx, st, ks + warp * 16 * LDQ, LDQ, qt, LDQ);
+    const bool masked =
+        warp_keys_padded || (p.kind == ring_step_kind::diagonal && qb < warp_key + 15);
+    DCPP_UNROLL
+    for (int mt = 0; mt < MT; ++mt) {
+      DCPP_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const simt::mma_coord c = simt::mma_c_coord(lane, e);
+        const int qi = mt * 8 + c.col;
+        float pv = detail::attention_exp2(st[mt].x[e] * scale2 - lse2[qi]);
+        if (masked) {
+          const int j = warp_key + c.row, i = qb + qi;
+          if (!(sq.key_real(j) && (p.kind != ring_step_kind::diagonal || j <= i)))
+            pv = 0.0f;
+        }
+        st[mt].x[e] = pv; // P^T
       }
-      ctx.sync_block();
-      simt::mma_accumulator st[MT], dpt[MT];
+    }
+    if constexpr (want_dv)
+      detail::attention_gemm_pb<BM, DTV>(ctx, dv, st, dot, LDV, warp_staging, cfg::pld);
+    if constexpr (want_dk) {
+      simt::mma_accumulator dpt[MT];
       DCPP_UNROLL
       for (int mt = 0; mt < MT; ++mt)
-        st[mt] = {}, dpt[mt] = {};
-      DCPP_UNROLL
-      for (int kk = 0; kk < D / 16; ++kk) {
-        DCPP_UNROLL
-        for (int mt = 0; mt < MT; ++mt) {
-          detail::attention_mma<T>(ctx, st[mt], ks + warp * 16 * LD + kk * 16, LD,
-                                   qs + mt * 8 * LD + kk * 16, 1, LD);
-          detail::attention_mma<T>(ctx, dpt[mt], vs + warp * 16 * LD + kk * 16, LD,
-                                   dos + mt * 8 * LD + kk * 16, 1, LD);
-        }
-      }
+        dpt[mt] = {};
+      detail::attention_gemm_abt<DV, MT>(ctx, dpt, vs + warp * 16 * LDV, LDV, dot, LDV);
       DCPP_UNROLL
       for (int mt = 0; mt < MT; ++mt) {
         DCPP_UNROLL
         for (int e = 0; e < 4; ++e) {
-          const simt::mma_coord c = simt::mma_c_coord(lane, e);
-          const int j = my_key + c.row, qi = mt * 8 + c.col, i = qb + qi;
-          const bool vis = j < key1 - base && i < q_hi &&
-                           detail::attention_visible(p.layout, p.kind, s, chunk, i, j);
-          const float pv = vis ? detail::attention_exp2(st[mt].x[e] * scale2 - lse2_s[qi]) : 0.0f;
-          pt[c.row * PLD + qi] = from_float<T>(pv);
-          dst[c.row * PLD + qi] = from_float<T>(pv * (dpt[mt].x[e] - dsum_s[qi]));
+          const int qi = mt * 8 + simt::mma_c_coord(lane, e).col;
+          dpt[mt].x[e] = st[mt].x[e] * (dpt[mt].x[e] - dsum[qi]); // dS^T
         }
       }
-      ctx.sync_warp();
-      DCPP_UNROLL
-      for (int kk = 0; kk < BM / 16; ++kk) {
-        DCPP_UNROLL
-        for (int dt = 0; dt < DT; ++dt) {
-          detail::attention_mma<T>(ctx, dv[dt], pt + kk * 16, PLD, dos + kk * 16 * LD + dt * 8, LD,
-                                   1);
-          detail::attention_mma<T>(ctx, dk[dt], dst + kk * 16, PLD, qs + kk * 16 * LD + dt * 8, LD,
-                                   1);
-        }
-      }
+      detail::attention_gemm_pb<BM, DTQ>(ctx, dk, dpt, qt, LDQ, warp_staging, cfg::pld);
     }
   }
+  ctx.template cp_async_wait<0>(); // no copy outlives the block
+
+  const int g = static_cast<int>(lane / 4), c2 = 2 * static_cast<int>(lane % 4);
   DCPP_UNROLL
-  for (int e = 0; e < 4; ++e) {
-    const simt::mma_coord c = simt::mma_c_coord(lane, e);
-    const int key = key0 + static_cast<int>(warp) * 16 + c.row;
+  for (int r = 0; r < 2; ++r) {
+    const int key = sq.base + warp_key + g + 8 * r;
     if (key >= key1)
       continue;
-    DCPP_UNROLL
-    for (int dt = 0; dt < DT; ++dt) {
-      p.dk[key * kv_stride + hk * D + dt * 8 + c.col] += dk[dt].x[e] * p.scale;
-      p.dv[key * kv_stride + hk * D + dt * 8 + c.col] += dv[dt].x[e];
+    if constexpr (want_dk) {
+      DCPP_UNROLL
+      for (int dt = 0; dt < DTQ; ++dt)
+        detail::attention_add2(p.dk + key * k_stride + hk * DQK + dt * 8 + c2,
+                               dk[dt].x[2 * r] * p.scale, dk[dt].x[2 * r + 1] * p.scale);
+    }
+    if constexpr (want_dv) {
+      DCPP_UNROLL
+      for (int dt = 0; dt < DTV; ++dt)
+        detail::attention_add2(p.dv + key * v_stride + hk * DV + dt * 8 + c2, dv[dt].x[2 * r],
+                               dv[dt].x[2 * r + 1]);
     }
   }
 }

@@ -1,25 +1,40 @@
-// The CUDA launches of THD ring attention, instantiated for head dims 64 and 128 and every input
-// type (fp32, fp16, bf16): compile this file with nvcc into any program that uses the device ring
-// (dcpp/attention/ring_cuda.hpp); Meson builds it as `dcpp_cuda_kernels`.
+// The CUDA launches of THD ring attention, instantiated for every head shape dcpp's kernels take
+// (64, 96, 128, 192, 256, and MLA's 192/128) and every input type (fp32, fp16, bf16): compile this
+// file with nvcc into any program that uses the device ring (dcpp/attention/ring_cuda.hpp); Meson
+// builds it as `dcpp_cuda_kernels`.
 #include "dcpp/attention/ring_attention.cuh"
 
 namespace dcpp::kernels {
 
-// Ring attention: head dims 64 and 128, every input type.
-#define DCPP_ATTENTION_INSTANTIATE(D, T)                                                           \
-  template cudaError_t attention_forward<D, T>(const attention_params<T>&, cudaStream_t);          \
-  template cudaError_t attention_backward<D, T>(const attention_params<T>&, attention_tiles,       \
-                                                cudaStream_t);                                     \
-  template cudaError_t attention_dsum<D, T>(const attention_params<T>&, cudaStream_t);
-DCPP_ATTENTION_INSTANTIATE(64, float)
-DCPP_ATTENTION_INSTANTIATE(128, float)
-DCPP_ATTENTION_INSTANTIATE(64, half)
-DCPP_ATTENTION_INSTANTIATE(128, half)
-DCPP_ATTENTION_INSTANTIATE(64, bfloat16)
-DCPP_ATTENTION_INSTANTIATE(128, bfloat16)
+// Ring attention: every head shape (Q/K, V) dcpp's kernels take, every input type.
+#define DCPP_ATTENTION_INSTANTIATE(DQK, DV, T)                                                     \
+  template cudaError_t attention_forward<DQK, DV, T>(const attention_params<T>&, cudaStream_t);    \
+  template cudaError_t attention_backward<DQK, DV, T>(const attention_params<T>&, attention_tiles, \
+                                                      cudaStream_t);
+#define DCPP_ATTENTION_INSTANTIATE_SHAPE(DQK, DV)                                                  \
+  DCPP_ATTENTION_INSTANTIATE(DQK, DV, float)                                                       \
+  DCPP_ATTENTION_INSTANTIATE(DQK, DV, half)                                                        \
+  DCPP_ATTENTION_INSTANTIATE(DQK, DV, bfloat16)
+DCPP_ATTENTION_INSTANTIATE_SHAPE(64, 64)
+DCPP_ATTENTION_INSTANTIATE_SHAPE(96, 96)
+DCPP_ATTENTION_INSTANTIATE_SHAPE(128, 128)
+DCPP_ATTENTION_INSTANTIATE_SHAPE(192, 128)
+DCPP_ATTENTION_INSTANTIATE_SHAPE(192, 192)
+DCPP_ATTENTION_INSTANTIATE_SHAPE(256, 256)
+#undef DCPP_ATTENTION_INSTANTIATE_SHAPE
 #undef DCPP_ATTENTION_INSTANTIATE
-template cudaError_t attention_merge<64>(const attention_merge_params<64>&, cudaStream_t);
-template cudaError_t attention_merge<128>(const attention_merge_params<128>&, cudaStream_t);
+// The merge and the row sums depend on the O / V head dim only.
+#define DCPP_ATTENTION_INSTANTIATE_VALUE(D)                                                        \
+  template cudaError_t attention_merge<D>(const attention_merge_params<D>&, cudaStream_t);         \
+  template cudaError_t attention_dsum<D, float>(const attention_params<float>&, cudaStream_t);     \
+  template cudaError_t attention_dsum<D, half>(const attention_params<half>&, cudaStream_t);       \
+  template cudaError_t attention_dsum<D, bfloat16>(const attention_params<bfloat16>&, cudaStream_t);
+DCPP_ATTENTION_INSTANTIATE_VALUE(64)
+DCPP_ATTENTION_INSTANTIATE_VALUE(96)
+DCPP_ATTENTION_INSTANTIATE_VALUE(128)
+DCPP_ATTENTION_INSTANTIATE_VALUE(192)
+DCPP_ATTENTION_INSTANTIATE_VALUE(256)
+#undef DCPP_ATTENTION_INSTANTIATE_VALUE
 template cudaError_t attention_convert<float>(const float*, float*, std::int64_t, cudaStream_t);
 template cudaError_t attention_convert<half>(const float*, half*, std::int64_t, cudaStream_t);
 template cudaError_t attention_convert<bfloat16>(const float*, bfloat16*, std::int64_t,
