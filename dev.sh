@@ -32,8 +32,33 @@ ensure_packages() {
   fi
 }
 
+# nvdisasm is not part of the CUDA install here; the PyPI wheel nvidia-cuda-nvdisasm ships it.
+find_nvdisasm() {
+  if command -v nvdisasm >/dev/null; then command -v nvdisasm; return 0; fi
+  local found
+  found=$(python3 - <<'PY' 2>/dev/null
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for root in roots:
+    for path in glob.glob(os.path.join(root, "nvidia", "*", "bin", "nvdisasm")):
+        print(path)
+        raise SystemExit
+PY
+)
+  if [ -z "$found" ]; then
+    say "installing nvdisasm (PyPI: nvidia-cuda-nvdisasm)"
+    python3 -m pip install -q nvidia-cuda-nvdisasm >&2 || { echo "dev.sh: cannot install nvidia-cuda-nvdisasm" >&2; exit 1; }
+    found=$(python3 -c 'import glob, os, site
+print(next(iter(sorted(p for r in site.getsitepackages() + [site.getusersitepackages()] for p in glob.glob(os.path.join(r, "nvidia", "*", "bin", "nvdisasm")))), ""))')
+  fi
+  [ -n "$found" ] || { echo "dev.sh: nvdisasm not found after installing nvidia-cuda-nvdisasm" >&2; exit 1; }
+  echo "$found"
+}
+
 build() {
   ensure_packages
+  # with a CUDA toolkit, the kernels suite reads the kernels' SASS: make sure nvdisasm is there
+  if command -v nvcc >/dev/null; then find_nvdisasm >/dev/null; fi
   if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     say "configuring $BUILD_DIR"
     meson setup "$BUILD_DIR" --buildtype=debugoptimized >"$BUILD_DIR.setup.log" 2>&1 ||
@@ -57,6 +82,19 @@ case "$cmd" in
     build
     say "running every test suite"
     meson test -C "$BUILD_DIR" --print-errorlogs "$@"
+    ;;
+  sass)
+    # The shipped attention kernels' machine code (sm_90 unless --arch sm_80): registers, spills,
+    # shared memory, blocks per SM and the main loop's instruction mix. See docs/kernels.md.
+    command -v nvcc >/dev/null || { echo "dev.sh: sass needs nvcc (the CUDA toolkit)" >&2; exit 1; }
+    ensure_packages
+    nvd=$(find_nvdisasm)
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    g++ -std=c++20 -Iinclude -Ikernels tools/attention_config.cpp -o "$tmp/attention_config"
+    "$tmp/attention_config" >"$tmp/config.txt"
+    python3 tools/sass_report.py --nvcc nvcc --nvdisasm "$nvd" --root . --config "$tmp/config.txt" \
+      --filter attention_ "$@" kernels/dcpp/attention/ring_attention_instances.cu
     ;;
   plan)
     build
@@ -83,7 +121,7 @@ case "$cmd" in
     build
     ;;
   *)
-    echo "usage: ./dev.sh demo | test [MESON TEST ARGS] | plan ARGS | bench [planner|route|kernels] [ARGS] | build" >&2
+    echo "usage: ./dev.sh demo | test [MESON TEST ARGS] | plan ARGS | bench [planner|route|kernels] [ARGS] | sass [--arch sm_80] [--check] [--filter TEXT] | build" >&2
     exit 2
     ;;
 esac

@@ -108,6 +108,9 @@ struct attention_tile {
   //! queries per inner step of dK/dV, whose two accumulators leave less room: 32 from head dim
   //! 128 on (at 64 the S^T and dP^T fragments spilled 20 bytes at 128/128 on sm_90)
   static constexpr int dkv_inner = DQK + DV >= 256 && inner > 32 ? 32 : inner;
+  //! keys per inner step of the forward: 16 at head dim 256 (32 spilled 120 bytes on sm_90 once
+  //! the clean and the masked tile each had their own instance)
+  static constexpr int forward_inner = DV >= 256 && inner > 16 ? 16 : inner;
   //! keys per inner step of dQ: 16 at head dim 256 (32 spilled 8 bytes on sm_80)
   static constexpr int dq_inner = DQK >= 256 && inner > 16 ? 16 : inner;
   static constexpr int pad = 16 / static_cast<int>(sizeof(T));
@@ -121,7 +124,7 @@ struct attention_tile {
   //! of the next step loads while P V runs, the V while Q K^T runs). dQ: Q, dO, two K tiles, one
   //! V. dK/dV: the block's K and V, two stages of Q and dO, and their LSE and D rows.
   static constexpr std::size_t forward_shared =
-      (rows * ldq + inner * ldq + inner * ldv + staging) * sizeof(T);
+      (rows * ldq + forward_inner * ldq + forward_inner * ldv + staging) * sizeof(T);
   static constexpr std::size_t dq_shared =
       (rows * ldq + rows * ldv + 2 * dq_inner * ldq + dq_inner * ldv + staging) * sizeof(T);
   static constexpr std::size_t dkv_shared =
@@ -383,7 +386,7 @@ DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_add2(float* dst, float a, floa
 template <int DQK, int DV, class T, class Ctx>
 DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>& p) {
   using cfg = attention_tile<DQK, DV, T>;
-  constexpr int BM = cfg::rows, BN = cfg::inner, NT = BN / 8, DT = DV / 8;
+  constexpr int BM = cfg::rows, BN = cfg::forward_inner, NT = BN / 8, DT = DV / 8;
   constexpr int LDQ = cfg::ldq, LDV = cfg::ldv, TH = cfg::threads;
   const int tile = static_cast<int>(ctx.block_index().x), h = static_cast<int>(ctx.block_index().y);
   const int hk = h / (p.heads / p.kv_heads);
