@@ -205,7 +205,7 @@ void host_attention::forward_step(const attention_step<T>& s) const {
   detail::with_head_dims(s.shape, [&](auto dqk, auto dv) {
     constexpr int DQK = decltype(dqk)::value, DV = decltype(dv)::value;
     using cfg = kernels::attention_tile<DQK, DV, T>;
-    const auto tiles = s.partition->tiles(cfg::rows, query_rows_of(s.params.kind));
+    const auto tiles = s.partition->tiles(cfg::forward_rows, query_rows_of(s.params.kind));
     auto p = s.params;
     p.tiles = tiles.view();
     detail::launch_tiles(

@@ -54,8 +54,10 @@ public:
   cuda_attention(const ring_partition& part, cudaStream_t stream)
       : stream_(stream), all_(part.tiles(64, attention_rows::all)),
         first_(part.tiles(64, attention_rows::first_half)),
-        second_(part.tiles(64, attention_rows::second_half)) {
-    // one work list serves every head shape: all take 64-row blocks
+        second_(part.tiles(64, attention_rows::second_half)),
+        wide_all_(part.tiles(128, attention_rows::all)),
+        wide_second_(part.tiles(128, attention_rows::second_half)) {
+    // the backward and the merge take 64-row blocks for every head shape; the forward 64 or 128
     static_assert(kernels::attention_tile<64, 64, T>::rows == 64 &&
                   kernels::attention_tile<128, 128, T>::rows == 64 &&
                   kernels::attention_tile<192, 128, T>::rows == 64 &&
@@ -63,15 +65,19 @@ public:
   }
 
   void forward_step(const attention_step<T>& s) const {
-    auto p = s.params;
-    p.tiles = tiles(query_rows_of(p.kind));
     detail::attention_cuda_check(
-        detail::with_head_dims(
-            s.shape,
-            [&](auto dqk, auto dv) {
-              return kernels::attention_forward<decltype(dqk)::value, decltype(dv)::value, T>(
-                  p, stream_);
-            }),
+        detail::with_head_dims(s.shape,
+                               [&](auto dqk, auto dv) {
+                                 constexpr int DQK = decltype(dqk)::value;
+                                 constexpr int DV = decltype(dv)::value;
+                                 constexpr int rows =
+                                     kernels::attention_tile<DQK, DV, T>::forward_rows;
+                                 static_assert(rows == 64 || rows == 128);
+                                 auto p = s.params;
+                                 p.tiles = rows == 64 ? tiles(query_rows_of(p.kind))
+                                                      : wide_tiles(query_rows_of(p.kind));
+                                 return kernels::attention_forward<DQK, DV, T>(p, stream_);
+                               }),
         "attention_forward");
   }
   void backward_step(const attention_step<T>& s) const {
@@ -101,8 +107,13 @@ private:
         .view();
   }
 
+  //! 128-row work lists of the forward (query rows: all or the second halves).
+  [[nodiscard]] kernels::attention_tiles wide_tiles(attention_rows rows) const {
+    return (rows == attention_rows::all ? wide_all_ : wide_second_).view();
+  }
+
   cudaStream_t stream_;
-  detail::device_tiles all_, first_, second_;
+  detail::device_tiles all_, first_, second_, wide_all_, wide_second_;
 };
 
 //! Ring attention of one rank of a CP group on the device. `comm` is the group's device-memory

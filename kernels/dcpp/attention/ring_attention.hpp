@@ -108,9 +108,20 @@ struct attention_tile {
   //! queries per inner step of dK/dV, whose two accumulators leave less room: 32 from head dim
   //! 128 on (at 64 the S^T and dP^T fragments spilled 20 bytes at 128/128 on sm_90)
   static constexpr int dkv_inner = DQK + DV >= 256 && inner > 32 ? 32 : inner;
-  //! keys per inner step of the forward: 16 at head dim 256 (32 spilled 120 bytes on sm_90 once
-  //! the clean and the masked tile each had their own instance)
-  static constexpr int forward_inner = DV >= 256 && inner > 16 ? 16 : inner;
+  //! The forward's warps own two 16-row slices (32 rows, 128 per block) where the registers
+  //! allow it, as FlashAttention-2 does: each K or V fragment from shared memory then feeds two
+  //! mma.sync, halving the shared-memory traffic per instruction (docs/kernels.md). 16-bit
+  //! inputs with head dims up to 128 (O takes 2 x DV / 4 registers per lane; MLA's 192-wide Q
+  //! slices spilled 4-24 bytes).
+  static constexpr int forward_slices = sizeof(T) == 2 && DQK <= 128 && DV <= 128 ? 2 : 1;
+  static constexpr int forward_rows = 16 * forward_slices * warps;
+  //! keys per inner step of the forward: 32 with two slices per warp above head dim 64 (64
+  //! spilled 300 bytes at 128 on sm_90: S of 64 keys and O of 128 columns for 32 rows are 192
+  //! registers per lane); 16 at head dim 256 (32 spilled 120 bytes on sm_90 once the clean and
+  //! the masked tile each had their own instance)
+  static constexpr int forward_inner = DV >= 256 && inner > 16                        ? 16
+                                       : forward_slices == 2 && (DQK > 64 || DV > 64) ? 32
+                                                                                      : inner;
   //! keys per inner step of dQ: 16 at head dim 256 (32 spilled 8 bytes on sm_80)
   static constexpr int dq_inner = DQK >= 256 && inner > 16 ? 16 : inner;
   static constexpr int pad = 16 / static_cast<int>(sizeof(T));
@@ -124,7 +135,7 @@ struct attention_tile {
   //! of the next step loads while P V runs, the V while Q K^T runs). dQ: Q, dO, two K tiles, one
   //! V. dK/dV: the block's K and V, two stages of Q and dO, and their LSE and D rows.
   static constexpr std::size_t forward_shared =
-      (rows * ldq + forward_inner * ldq + forward_inner * ldv + staging) * sizeof(T);
+      (forward_rows * ldq + forward_inner * ldq + forward_inner * ldv + staging) * sizeof(T);
   static constexpr std::size_t dq_shared =
       (rows * ldq + rows * ldv + 2 * dq_inner * ldq + dq_inner * ldv + staging) * sizeof(T);
   static constexpr std::size_t dkv_shared =
@@ -188,6 +199,12 @@ struct attention_sequence {
   }
 };
 
+//! A block's work-list entry: local rows [row0, row1) of one sequence.
+struct attention_block {
+  int row0 = 0, row1 = 0;
+  attention_sequence seq{};
+};
+
 inline DCPP_HOST_DEVICE attention_sequence attention_sequence_of(const attention_layout& l, int s) {
   attention_sequence q;
   q.base = l.offset[s];
@@ -229,13 +246,16 @@ DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_copy(Ctx& ctx, T* dst, const T
   constexpr int per_row = D / per_vector;
   constexpr int total = CAP * per_row;
   const int first = static_cast<int>(simt::thread_rank(ctx));
+  // a row stride is heads * D elements (< 2^21 for any real model) and CAP <= 128 rows: the
+  // offsets fit 32 bits, which keeps one register per copy live across the main loop, not two
+  const int stride32 = static_cast<int>(stride);
   DCPP_UNROLL
   for (int i = 0; i < (total + THREADS - 1) / THREADS; ++i) {
     const int idx = first + i * THREADS;
     if (total % THREADS == 0 || idx < total) {
       const int r = idx / per_row, c = (idx % per_row) * per_vector;
       const bool valid = r < rows;
-      ctx.cp_async_16(dst + r * LD + c, valid ? src + r * stride + c : src, valid);
+      ctx.cp_async_16(dst + r * LD + c, src + (valid ? r * stride32 + c : 0), valid);
     }
   }
 }
@@ -252,29 +272,33 @@ DCPP_HOST_DEVICE DCPP_FORCE_INLINE float attention_quad_sum(Ctx& ctx, float x) {
   return x + ctx.shuffle_xor(x, 2);
 }
 
-//! acc[nt] (16 x 8 each, NT of them) += A B^T over K columns: A is 16 rows of `a` (stride lda),
-//! B the NT * 8 rows of `b` (stride ldb); both row-major in shared memory, the reduction along
-//! their rows (S = Q K^T, dP = dO V^T, S^T = K Q^T, ...). 16-bit inputs: one ldmatrix.x4 for A
-//! and one per pair of n-tiles for B per 16 columns, then mma.sync. fp32: the same fragments
-//! computed with FMAs from shared memory (fp32 products, k order).
-template <int K, int NT, class T, class Ctx>
+//! acc[mw * NT + nt] (16 x 8 each) += A B^T over K columns: A is MW * 16 rows of `a` (stride
+//! lda), B the NT * 8 rows of `b` (stride ldb); both row-major in shared memory, the reduction
+//! along their rows (S = Q K^T, dP = dO V^T, S^T = K Q^T, ...). 16-bit inputs: per 16 columns
+//! one ldmatrix.x4 for each 16-row slice of A and one per pair of n-tiles of B, each B fragment
+//! feeding MW mma.sync (MW = 2 halves B's shared-memory traffic per instruction). fp32: the same
+//! fragments computed with FMAs from shared memory (fp32 products, k order).
+template <int K, int NT, int MW = 1, class T, class Ctx>
 DCPP_HOST_DEVICE DCPP_FORCE_INLINE void
 attention_gemm_abt(Ctx& ctx, simt::mma_accumulator* acc, const T* a, int lda, const T* b, int ldb) {
   static_assert(K % 16 == 0 && NT % 2 == 0);
   const unsigned lane = simt::lane_of(ctx);
   if constexpr (std::is_same_v<T, float>) {
     DCPP_UNROLL
-    for (int nt = 0; nt < NT; ++nt) {
+    for (int mw = 0; mw < MW; ++mw) {
       DCPP_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const simt::mma_coord c = simt::mma_c_coord(lane, e);
-        const float* ar = a + c.row * lda;
-        const float* br = b + (nt * 8 + c.col) * ldb;
-        float s = acc[nt].x[e];
-        DCPP_NO_UNROLL
-        for (int k = 0; k < K; ++k)
-          s += ar[k] * br[k];
-        acc[nt].x[e] = s;
+      for (int nt = 0; nt < NT; ++nt) {
+        DCPP_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          const simt::mma_coord c = simt::mma_c_coord(lane, e);
+          const float* ar = a + (mw * 16 + c.row) * lda;
+          const float* br = b + (nt * 8 + c.col) * ldb;
+          float s = acc[mw * NT + nt].x[e];
+          DCPP_NO_UNROLL
+          for (int k = 0; k < K; ++k)
+            s += ar[k] * br[k];
+          acc[mw * NT + nt].x[e] = s;
+        }
       }
     }
   } else {
@@ -285,53 +309,66 @@ attention_gemm_abt(Ctx& ctx, simt::mma_accumulator* acc, const T* a, int lda, co
     const T* b_row = b + (l % 8 + 8 * (l / 16)) * ldb + 8 * ((l / 8) % 2);
     DCPP_UNROLL
     for (int kk = 0; kk < K / 16; ++kk) {
-      const auto fa = ctx.template ldmatrix<4, false>(a_row + kk * 16);
-      const simt::mma_a_fragment af{{fa.x[0], fa.x[1], fa.x[2], fa.x[3]}};
+      simt::mma_a_fragment af[MW];
+      DCPP_UNROLL
+      for (int mw = 0; mw < MW; ++mw) {
+        const auto fa = ctx.template ldmatrix<4, false>(a_row + mw * 16 * lda + kk * 16);
+        af[mw] = {{fa.x[0], fa.x[1], fa.x[2], fa.x[3]}};
+      }
       DCPP_UNROLL
       for (int np = 0; np < NT / 2; ++np) {
         const auto fb = ctx.template ldmatrix<4, false>(b_row + np * 16 * ldb + kk * 16);
-        acc[2 * np] = ctx.template mma_m16n8k16<T>(af, {{fb.x[0], fb.x[1]}}, acc[2 * np]);
-        acc[2 * np + 1] = ctx.template mma_m16n8k16<T>(af, {{fb.x[2], fb.x[3]}}, acc[2 * np + 1]);
+        DCPP_UNROLL
+        for (int mw = 0; mw < MW; ++mw) {
+          simt::mma_accumulator* c = acc + mw * NT + 2 * np;
+          c[0] = ctx.template mma_m16n8k16<T>(af[mw], {{fb.x[0], fb.x[1]}}, c[0]);
+          c[1] = ctx.template mma_m16n8k16<T>(af[mw], {{fb.x[2], fb.x[3]}}, c[1]);
+        }
       }
     }
   }
 }
 
-//! acc[dt] (16 x 8 each, DT of them) += P B, where P (16 x K) is held in registers as K/8
-//! accumulator fragments (the S-shaped output of attention_gemm_abt) and B (K x DT*8) is
-//! row-major in shared memory at `b` (stride ldb): O += P V, dQ += dS K, dV += P^T dO, ...
-//! 16-bit inputs: the accumulators of n-tiles 2kk and 2kk+1 are exactly the A fragment of the
-//! k-slice kk (rows g, g+8; columns 2t, 2t+1 and +8), so P never leaves registers; B comes by
-//! ldmatrix.x4.trans, two n-tiles per load. fp32: P goes through the warp's `staging` tile.
-template <int K, int DT, class T, class Ctx>
+//! acc[mw * DT + dt] (16 x 8 each) += P B, where P (MW * 16 x K) is held in registers as K/8
+//! accumulator fragments per 16-row slice (pfrag[mw * K/8 + nt], the S-shaped output of
+//! attention_gemm_abt) and B (K x DT*8) is row-major in shared memory at `b` (stride ldb):
+//! O += P V, dQ += dS K, dV += P^T dO, ... 16-bit inputs: the accumulators of n-tiles 2kk and
+//! 2kk+1 are exactly the A fragment of the k-slice kk (rows g, g+8; columns 2t, 2t+1 and +8), so
+//! P never leaves registers; B comes by ldmatrix.x4.trans, two n-tiles per load, each feeding MW
+//! mma.sync. fp32: P goes through the warp's 16-row `staging` tile, one slice at a time.
+template <int K, int DT, int MW = 1, class T, class Ctx>
 DCPP_HOST_DEVICE DCPP_FORCE_INLINE void
 attention_gemm_pb(Ctx& ctx, simt::mma_accumulator* acc, const simt::mma_accumulator* pfrag,
                   const T* b, int ldb, T* staging, int sld) {
   static_assert(K % 16 == 0 && DT % 2 == 0);
+  constexpr int KT = K / 8;
   const unsigned lane = simt::lane_of(ctx);
   if constexpr (std::is_same_v<T, float>) {
     DCPP_UNROLL
-    for (int nt = 0; nt < K / 8; ++nt) {
+    for (int mw = 0; mw < MW; ++mw) {
       DCPP_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const simt::mma_coord c = simt::mma_c_coord(lane, e);
-        staging[c.row * sld + nt * 8 + c.col] = pfrag[nt].x[e];
+      for (int nt = 0; nt < KT; ++nt) {
+        DCPP_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          const simt::mma_coord c = simt::mma_c_coord(lane, e);
+          staging[c.row * sld + nt * 8 + c.col] = pfrag[mw * KT + nt].x[e];
+        }
       }
-    }
-    ctx.sync_warp();
-    DCPP_UNROLL
-    for (int dt = 0; dt < DT; ++dt) {
+      ctx.sync_warp();
       DCPP_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const simt::mma_coord c = simt::mma_c_coord(lane, e);
-        float s = acc[dt].x[e];
-        DCPP_NO_UNROLL
-        for (int k = 0; k < K; ++k)
-          s += staging[c.row * sld + k] * b[k * ldb + dt * 8 + c.col];
-        acc[dt].x[e] = s;
+      for (int dt = 0; dt < DT; ++dt) {
+        DCPP_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          const simt::mma_coord c = simt::mma_c_coord(lane, e);
+          float s = acc[mw * DT + dt].x[e];
+          DCPP_NO_UNROLL
+          for (int k = 0; k < K; ++k)
+            s += staging[c.row * sld + k] * b[k * ldb + dt * 8 + c.col];
+          acc[mw * DT + dt].x[e] = s;
+        }
       }
+      ctx.sync_warp(); // the staging tile is rewritten next
     }
-    ctx.sync_warp(); // the staging tile is rewritten by the next call
   } else {
     const int l = static_cast<int>(lane);
     // lanes 8m..8m+7 address rows (l % 8) + 8 (m % 2) at column 8 (m / 2): with .trans the four
@@ -339,18 +376,25 @@ attention_gemm_pb(Ctx& ctx, simt::mma_accumulator* acc, const simt::mma_accumula
     const T* b_row = b + (l % 8 + 8 * ((l / 8) % 2)) * ldb + 8 * (l / 16);
     DCPP_UNROLL
     for (int kk = 0; kk < K / 16; ++kk) {
-      const simt::mma_accumulator& lo = pfrag[2 * kk];
-      const simt::mma_accumulator& hi = pfrag[2 * kk + 1];
-      const simt::mma_a_fragment af{
-          {simt::mma_pack(from_float<T>(lo.x[0]), from_float<T>(lo.x[1])),
-           simt::mma_pack(from_float<T>(lo.x[2]), from_float<T>(lo.x[3])),
-           simt::mma_pack(from_float<T>(hi.x[0]), from_float<T>(hi.x[1])),
-           simt::mma_pack(from_float<T>(hi.x[2]), from_float<T>(hi.x[3]))}};
+      simt::mma_a_fragment af[MW];
+      DCPP_UNROLL
+      for (int mw = 0; mw < MW; ++mw) {
+        const simt::mma_accumulator& lo = pfrag[mw * KT + 2 * kk];
+        const simt::mma_accumulator& hi = pfrag[mw * KT + 2 * kk + 1];
+        af[mw] = {{simt::mma_pack(from_float<T>(lo.x[0]), from_float<T>(lo.x[1])),
+                   simt::mma_pack(from_float<T>(lo.x[2]), from_float<T>(lo.x[3])),
+                   simt::mma_pack(from_float<T>(hi.x[0]), from_float<T>(hi.x[1])),
+                   simt::mma_pack(from_float<T>(hi.x[2]), from_float<T>(hi.x[3]))}};
+      }
       DCPP_UNROLL
       for (int dp = 0; dp < DT / 2; ++dp) {
         const auto fb = ctx.template ldmatrix<4, true>(b_row + kk * 16 * ldb + dp * 16);
-        acc[2 * dp] = ctx.template mma_m16n8k16<T>(af, {{fb.x[0], fb.x[1]}}, acc[2 * dp]);
-        acc[2 * dp + 1] = ctx.template mma_m16n8k16<T>(af, {{fb.x[2], fb.x[3]}}, acc[2 * dp + 1]);
+        DCPP_UNROLL
+        for (int mw = 0; mw < MW; ++mw) {
+          simt::mma_accumulator* c = acc + mw * DT + 2 * dp;
+          c[0] = ctx.template mma_m16n8k16<T>(af[mw], {{fb.x[0], fb.x[1]}}, c[0]);
+          c[1] = ctx.template mma_m16n8k16<T>(af[mw], {{fb.x[2], fb.x[3]}}, c[1]);
+        }
       }
     }
   }
@@ -386,12 +430,22 @@ DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_add2(float* dst, float a, floa
 template <int DQK, int DV, class T, class Ctx>
 DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>& p) {
   using cfg = attention_tile<DQK, DV, T>;
-  constexpr int BM = cfg::rows, BN = cfg::forward_inner, NT = BN / 8, DT = DV / 8;
+  constexpr int MW = cfg::forward_slices, WR = 16 * MW; // 16-row slices and rows per warp
+  constexpr int BM = cfg::forward_rows, BN = cfg::forward_inner, NT = BN / 8, DT = DV / 8;
   constexpr int LDQ = cfg::ldq, LDV = cfg::ldv, TH = cfg::threads;
   const int tile = static_cast<int>(ctx.block_index().x), h = static_cast<int>(ctx.block_index().y);
   const int hk = h / (p.heads / p.kv_heads);
-  const int s = p.tiles.seq[tile], row0 = p.tiles.begin[tile], row1 = p.tiles.end[tile];
-  const detail::attention_sequence sq = detail::attention_sequence_of(p.layout, s);
+  // The block's rows and sequence, read again where the masked tiles and the epilogue need
+  // them (L1 hits) rather than kept live across the main loop, where 32-row warps need every
+  // register (kept, they spilled 40 bytes at head dim 128).
+  const auto block_facts = [&p, tile] {
+    const int row0 = p.tiles.begin[tile], row1 = p.tiles.end[tile];
+    return detail::attention_block{row0, row1,
+                                   detail::attention_sequence_of(p.layout, p.tiles.seq[tile])};
+  };
+  const detail::attention_block blk = block_facts();
+  const int row0 = blk.row0, row1 = blk.row1;
+  const detail::attention_sequence& sq = blk.seq;
   T* qs = ctx.template shared_array<T>(BM * LDQ);
   T* ks = ctx.template shared_array<T>(BN * LDQ);
   T* vs = ctx.template shared_array<T>(BN * LDV);
@@ -415,13 +469,16 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
   ctx.cp_async_commit(); // group: Q and the first K
 
   const float scale2 = p.scale * detail::attention_log2e;
-  const int warp_row = row0 - sq.base + static_cast<int>(warp) * 16; // local row of fragment row 0
   const int g = static_cast<int>(lane / 4);
-  float m[2] = {detail::attention_neg_inf(), detail::attention_neg_inf()}; // scaled (log2) max
-  float l[2] = {0.0f, 0.0f};
-  simt::mma_accumulator acc[DT];
+  // per fragment row (slice mw, half r at index 2 mw + r): running max of scale2 * S (log2
+  // units) and the lane's part of the row sum
+  float m[2 * MW], l[2 * MW];
   DCPP_UNROLL
-  for (int dt = 0; dt < DT; ++dt)
+  for (int r = 0; r < 2 * MW; ++r)
+    m[r] = detail::attention_neg_inf(), l[r] = 0.0f;
+  simt::mma_accumulator acc[MW * DT];
+  DCPP_UNROLL
+  for (int dt = 0; dt < MW * DT; ++dt)
     acc[dt] = {};
   T* warp_staging = staging + warp * 16 * cfg::pld;
 
@@ -436,39 +493,54 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
     ctx.cp_async_commit();
 
     // A warp whose rows all precede the tile's keys (causal) skips it; the barriers stay shared.
-    const bool warp_active = !Masked || p.kind != ring_step_kind::diagonal || kb <= warp_row + 15;
-    simt::mma_accumulator sc[NT];
+    const bool warp_active =
+        !Masked || p.kind != ring_step_kind::diagonal ||
+        kb <= block_facts().row0 - block_facts().seq.base + static_cast<int>(warp) * WR + WR - 1;
+    simt::mma_accumulator sc[MW * NT];
     if (warp_active) {
       DCPP_UNROLL
-      for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < MW * NT; ++nt)
         sc[nt] = {};
-      detail::attention_gemm_abt<DQK, NT>(ctx, sc, qs + warp * 16 * LDQ, LDQ, ks, LDQ);
-      if (Masked && (kb + BN > k_hi || sq.keys_padded(kb, kb + BN) ||
-                     (p.kind == ring_step_kind::diagonal && kb + BN - 1 > warp_row))) {
+      detail::attention_gemm_abt<DQK, NT, MW>(ctx, sc, qs + warp * WR * LDQ, LDQ, ks, LDQ);
+      const detail::attention_block mb = Masked ? block_facts() : detail::attention_block{};
+      const int mrow = mb.row0 - mb.seq.base + static_cast<int>(warp) * WR;
+      if (Masked && (kb + BN > k_hi || mb.seq.keys_padded(kb, kb + BN) ||
+                     (p.kind == ring_step_kind::diagonal && kb + BN - 1 > mrow))) {
+        DCPP_UNROLL
+        for (int mw = 0; mw < MW; ++mw) {
+          DCPP_UNROLL
+          for (int nt = 0; nt < NT; ++nt) {
+            DCPP_UNROLL
+            for (int e = 0; e < 4; ++e) {
+              const simt::mma_coord c = simt::mma_c_coord(lane, e);
+              const int i = mrow + mw * 16 + c.row, j = kb + nt * 8 + c.col;
+              const bool visible =
+                  j < k_hi && mb.seq.key_real(j) && (p.kind != ring_step_kind::diagonal || j <= i);
+              if (!visible)
+                sc[mw * NT + nt].x[e] = detail::attention_neg_inf();
+            }
+          }
+        }
+      }
+      // Online softmax in base 2.
+      float mx[2 * MW];
+      DCPP_UNROLL
+      for (int r = 0; r < 2 * MW; ++r)
+        mx[r] = m[r];
+      DCPP_UNROLL
+      for (int mw = 0; mw < MW; ++mw) {
         DCPP_UNROLL
         for (int nt = 0; nt < NT; ++nt) {
           DCPP_UNROLL
           for (int e = 0; e < 4; ++e) {
-            const simt::mma_coord c = simt::mma_c_coord(lane, e);
-            const int i = warp_row + c.row, j = kb + nt * 8 + c.col;
-            const bool visible =
-                j < k_hi && sq.key_real(j) && (p.kind != ring_step_kind::diagonal || j <= i);
-            if (!visible)
-              sc[nt].x[e] = detail::attention_neg_inf();
+            float& x = mx[2 * mw + (e >> 1)];
+            x = detail::attention_max(x, sc[mw * NT + nt].x[e] * scale2);
           }
         }
       }
-      // Online softmax in base 2: m is the running max of scale2 * S per fragment row.
-      float mx[2] = {m[0], m[1]};
+      float base[2 * MW];
       DCPP_UNROLL
-      for (int nt = 0; nt < NT; ++nt) {
-        DCPP_UNROLL
-        for (int e = 0; e < 4; ++e)
-          mx[e >> 1] = detail::attention_max(mx[e >> 1], sc[nt].x[e] * scale2);
-      }
-      float base[2];
-      DCPP_UNROLL
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < 2 * MW; ++r) {
         mx[r] = detail::attention_quad_max(ctx, mx[r]);
         // a row with nothing visible yet keeps max -inf; subtracting 0 instead gives exp2(-inf)
         base[r] = mx[r] == detail::attention_neg_inf() ? 0.0f : mx[r];
@@ -477,17 +549,21 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
         l[r] *= alpha;
         DCPP_UNROLL
         for (int dt = 0; dt < DT; ++dt) {
-          acc[dt].x[2 * r] *= alpha;
-          acc[dt].x[2 * r + 1] *= alpha;
+          acc[(r >> 1) * DT + dt].x[2 * (r & 1)] *= alpha;
+          acc[(r >> 1) * DT + dt].x[2 * (r & 1) + 1] *= alpha;
         }
       }
       DCPP_UNROLL
-      for (int nt = 0; nt < NT; ++nt) {
+      for (int mw = 0; mw < MW; ++mw) {
         DCPP_UNROLL
-        for (int e = 0; e < 4; ++e) {
-          const float pv = detail::attention_exp2(sc[nt].x[e] * scale2 - base[e >> 1]);
-          l[e >> 1] += pv;
-          sc[nt].x[e] = pv;
+        for (int nt = 0; nt < NT; ++nt) {
+          DCPP_UNROLL
+          for (int e = 0; e < 4; ++e) {
+            const int r = 2 * mw + (e >> 1);
+            const float pv = detail::attention_exp2(sc[mw * NT + nt].x[e] * scale2 - base[r]);
+            l[r] += pv;
+            sc[mw * NT + nt].x[e] = pv;
+          }
         }
       }
     }
@@ -500,7 +576,7 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
       ctx.cp_async_commit();
     }
     if (warp_active)
-      detail::attention_gemm_pb<BN, DT>(ctx, acc, sc, vs, LDV, warp_staging, cfg::pld);
+      detail::attention_gemm_pb<BN, DT, MW>(ctx, acc, sc, vs, LDV, warp_staging, cfg::pld);
   };
   // The leading tiles before the first boundary (the diagonal at the block's first row, the
   // padding gap after the first half's real keys, the end of the keys) need no mask.
@@ -511,25 +587,31 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
     boundary = detail::attention_min(boundary, row0 - sq.base + 1);
   const int n_clean = boundary > k_lo ? detail::attention_min((boundary - k_lo) / BN, n_tiles) : 0;
   int t = 0;
+  DCPP_NO_UNROLL
   for (; t < n_clean; ++t)
     step(t, std::false_type{});
+  DCPP_NO_UNROLL
   for (; t < n_tiles; ++t)
     step(t, std::true_type{});
   ctx.template cp_async_wait<0>(); // no copy outlives the block
 
+  const detail::attention_block eb = block_facts();
+  const int erow = eb.row0 - eb.seq.base + static_cast<int>(warp) * WR;
   DCPP_UNROLL
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < 2 * MW; ++r) {
     l[r] = detail::attention_quad_sum(ctx, l[r]);
-    const int i = warp_row + g + 8 * r; // local row
-    const int row = sq.base + i;
-    if (row >= row1)
+    const int i = erow + (r >> 1) * 16 + g + 8 * (r & 1); // local row
+    const int row = eb.seq.base + i;
+    if (row >= eb.row1)
       continue;
-    const bool live = l[r] > 0.0f && sq.query_real(i);
+    const bool live = l[r] > 0.0f && eb.seq.query_real(i);
     const float inv = live ? 1.0f / l[r] : 0.0f;
     float* o = p.o + row * o_stride + h * DV + 2 * static_cast<int>(lane % 4);
     DCPP_UNROLL
-    for (int dt = 0; dt < DT; ++dt)
-      detail::attention_store2(o + dt * 8, acc[dt].x[2 * r] * inv, acc[dt].x[2 * r + 1] * inv);
+    for (int dt = 0; dt < DT; ++dt) {
+      const simt::mma_accumulator& a = acc[(r >> 1) * DT + dt];
+      detail::attention_store2(o + dt * 8, a.x[2 * (r & 1)] * inv, a.x[2 * (r & 1) + 1] * inv);
+    }
     if (lane % 4 == 0)
       p.lse[static_cast<std::int64_t>(row) * p.heads + h] =
           live ? m[r] * detail::attention_ln2 + detail::attention_log(l[r])
