@@ -175,6 +175,37 @@ TEST_CASE("ring attention: a user's attention policy plugs into the ring") {
   }
 }
 
+//! dcpp's kernels without the fused-merge promise: the ring runs its separate merge kernel.
+struct unfused_policy {
+  dcpp::host_attention kernels;
+  template <class T>
+  void forward_step(const dcpp::attention_step<T>& s) {
+    CHECK_FALSE(s.params.merge);
+    kernels.forward_step(s);
+  }
+  template <class T>
+  void backward_step(const dcpp::attention_step<T>& s) {
+    kernels.backward_step(s);
+  }
+};
+
+TEST_CASE_TEMPLATE("ring attention: the merge fused into the forward and the separate merge agree",
+                   T, float, dcpp::bfloat16) {
+  static_assert(dcpp::attention_fuses_merge<dcpp::host_attention>);
+  static_assert(!dcpp::attention_fuses_merge<unfused_policy>);
+  const auto b = make_batch<T>(700, {1, 17, 65, 130, 3}, 4, 2, 64);
+  const auto ref = attend(b);
+  for (const int cp : {2, 4}) {
+    std::vector<rank_errors> errors(static_cast<std::size_t>(cp));
+    dcpp::run_local(cp, [&](dcpp::local_communicator& comm) {
+      errors[static_cast<std::size_t>(comm.rank())] =
+          run_rank<T, dcpp::local_communicator, unfused_policy>(comm, b, ref, 70);
+    });
+    for (const auto& e : errors)
+      check_errors<T>(e);
+  }
+}
+
 TEST_CASE_TEMPLATE("ring attention equals fp64 causal attention", T, float, dcpp::half,
                    dcpp::bfloat16) {
   if (quick()) {

@@ -7,6 +7,7 @@
 // the partition, ring and merge.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -45,8 +47,10 @@ struct attention_shape {
 //! `params.layout` the geometry with the KV owner's real rows.
 //! Forward: write the partial O (fp32) and LSE of the step's query rows: every row (diagonal,
 //! lower) or the second half of each sequence (upper); rows without a visible key get O = 0 and
-//! LSE = -inf. Backward: add the step's dQ to `params.dq` and dK/dV to `params.dk`/`params.dv`
-//! (fp32; `params.dsum` holds rowsum(dO * O), `params.lse_final` the forward's LSE).
+//! LSE = -inf (a policy promising `fuses_merge` merges them into `params.o` / `params.lse` when
+//! `params.merge` is set: see attention_fuses_merge). Backward: add the step's dQ to
+//! `params.dq` and dK/dV to `params.dk`/`params.dv` (fp32; `params.dsum` holds rowsum(dO * O),
+//! `params.lse_final` the forward's LSE).
 template <class T>
 struct attention_step {
   int step = 0;     //!< 0 .. cp-1
@@ -60,6 +64,15 @@ template <class P, class T>
 concept attention_policy = requires(P& p, const attention_step<T>& s) {
   p.forward_step(s);
   p.backward_step(s);
+};
+
+//! Opt-in promise of a policy (`static constexpr bool fuses_merge = true;`): its forward honours
+//! `params.merge`, merging the step's partial O and LSE into `params.o` / `params.lse` (which
+//! then hold the running result of the earlier steps) instead of writing them; the ring then
+//! runs no merge kernel and keeps no partial buffers. Policies without it get the plain contract.
+template <class P>
+inline constexpr bool attention_fuses_merge = requires {
+  requires std::remove_cvref_t<P>::fuses_merge;
 };
 
 namespace detail {
@@ -192,6 +205,7 @@ void launch_elements(std::int64_t n, const simt::host_launch_options& options, B
 //! that includes kernels/dcpp/attention/host_attention_instances.cpp (Meson:
 //! `dcpp_host_attention_dep`).
 struct host_attention {
+  static constexpr bool fuses_merge = true; //!< the forward kernel merges in its epilogue
   simt::host_launch_options launch{};
 
   template <class T>
@@ -304,8 +318,9 @@ void ring_attention_forward(C& comm, const ring_partition& part, const attention
   std::copy(v.begin(), v.end(), kv[0].begin() + kn);
   std::vector<float> o_acc(static_cast<std::size_t>(on)),
       lse_acc(static_cast<std::size_t>(n * shape.heads));
+  constexpr bool fused = attention_fuses_merge<Policy>;
   std::vector<float> o_part, lse_part;
-  if (cp > 1)
+  if (cp > 1 && !fused)
     o_part.assign(o_acc.size(), 0.0f), lse_part.assign(lse_acc.size(), 0.0f);
 
   for (int step = 0, cur = 0; step < cp; ++step, cur ^= 1) {
@@ -321,14 +336,15 @@ void ring_attention_forward(C& comm, const ring_partition& part, const attention
     s.step = step, s.kv_owner = owner, s.partition = &part, s.shape = shape;
     auto& p = s.params;
     p.q = q.data(), p.k = kv[cur].data(), p.v = kv[cur].data() + kn;
-    p.o = step == 0 ? o_acc.data() : o_part.data();
-    p.lse = step == 0 ? lse_acc.data() : lse_part.data();
+    p.o = step == 0 || fused ? o_acc.data() : o_part.data();
+    p.lse = step == 0 || fused ? lse_acc.data() : lse_part.data();
+    p.merge = fused && step > 0;
     p.tokens = n, p.heads = shape.heads, p.kv_heads = shape.kv_heads;
     p.scale = shape.softmax_scale();
     p.kind = detail::ring_step_kind_of(step, owner, rank);
     p.layout = {part.offsets().data(), part.own_real().data(), kv_real.data(), part.sequences()};
     policy.forward_step(s);
-    if (step > 0) {
+    if (step > 0 && !fused) {
       const auto rows = part.tiles(64, query_rows_of(p.kind));
       detail::with_value_dim(shape, [&](auto d) {
         constexpr int D = decltype(d)::value;
@@ -350,7 +366,8 @@ void ring_attention_forward(C& comm, const ring_partition& part, const attention
 
 //! Backward ring attention: from q, k, v, the forward's o and lse, and dO, writes dq, dk, dv
 //! (like q, k, v). fp32 accumulation throughout; dK/dV of each K/V block accumulate on the ranks
-//! it visits and arrive back on their owner after the last step.
+//! it visits (each transfer overlapping the next step's compute) and arrive back on their owner
+//! after the last step.
 template <communicator C, class T, class Policy = host_attention>
 requires attention_policy<Policy, T>
 void ring_attention_backward(C& comm, const ring_partition& part, const attention_shape& shape,
@@ -392,27 +409,35 @@ void ring_attention_backward(C& comm, const ring_partition& part, const attentio
   kv[1].resize(kv[0].size());
   std::copy(k.begin(), k.end(), kv[0].begin());
   std::copy(v.begin(), v.end(), kv[0].begin() + kn);
-  std::vector<float> dkv[2]; // dK then dV of the K/V block in kv[cur]
-  dkv[0].assign(static_cast<std::size_t>(kn + vn), 0.0f);
-  dkv[1].assign(dkv[0].size(), 0.0f);
+  // dK/dV (fp32, dK then dV) of the K/V block a step sees: the step adds its part into a zeroed
+  // buffer, then the block's accumulator from the previous rank (which arrived while the step
+  // computed) is added and the sum goes on to the next rank while the following step computes.
+  // After the last step the exchange brings every block's full dK/dV home.
+  const std::size_t dkv_size = static_cast<std::size_t>(kn + vn);
+  std::vector<float> dkv_part[2], dkv_in[2];
+  for (int i = 0; i < 2; ++i)
+    dkv_part[i].resize(dkv_size), dkv_in[i].resize(cp > 1 ? dkv_size : 0);
   std::vector<float> dq_acc(static_cast<std::size_t>(qn), 0.0f);
+  using float_handle = decltype(comm.exchange(std::span<const float>(dkv_part[0]), 0,
+                                              std::span<float>(dkv_in[0]), 0, 0));
+  std::optional<float_handle> dkv_transfer;
 
-  int cur = 0;
-  for (int step = 0; step < cp; ++step) {
+  const int next = (rank + 1) % cp, prev = (rank - 1 + cp) % cp;
+  for (int step = 0, cur = 0; step < cp; ++step, cur ^= 1) {
     const int owner = (rank - step + cp) % cp;
-    const int next = (rank + 1) % cp, prev = (rank - 1 + cp) % cp;
     std::optional<decltype(comm.exchange(std::span<const T>(kv[0]), 0, std::span<T>(kv[1]), 0, 0))>
         transfer;
     if (step + 1 < cp)
       transfer.emplace(comm.exchange(std::span<const T>(kv[cur]), next, std::span<T>(kv[cur ^ 1]),
                                      prev, options.tag + 2 * step));
+    std::fill(dkv_part[cur].begin(), dkv_part[cur].end(), 0.0f);
     const auto kv_real = part.real_of(owner);
     attention_step<T> s;
     s.step = step, s.kv_owner = owner, s.partition = &part, s.shape = shape;
     auto& p = s.params;
     p.q = q.data(), p.k = kv[cur].data(), p.v = kv[cur].data() + kn;
     p.out = o.data(), p.dout = dout.data(), p.lse_final = lse.data(), p.dsum = dsum.data();
-    p.dq = dq_acc.data(), p.dk = dkv[cur].data(), p.dv = dkv[cur].data() + kn;
+    p.dq = dq_acc.data(), p.dk = dkv_part[cur].data(), p.dv = dkv_part[cur].data() + kn;
     p.tokens = n, p.heads = shape.heads, p.kv_heads = shape.kv_heads;
     p.scale = shape.softmax_scale();
     p.kind = detail::ring_step_kind_of(step, owner, rank);
@@ -420,22 +445,28 @@ void ring_attention_backward(C& comm, const ring_partition& part, const attentio
     policy.backward_step(s);
     if (transfer)
       transfer->wait();
-    if (cp > 1) { // the block's dK/dV follow it; after the last step they reach their owner
-      comm.exchange(std::span<const float>(dkv[cur]), next, std::span<float>(dkv[cur ^ 1]), prev,
-                    options.tag + 2 * step + 1)
-          .wait();
+    if (dkv_transfer) { // the block's dK/dV from the ranks it visited before
+      dkv_transfer->wait();
+      detail::launch_elements(kn + vn, options.launch, [&](simt::host_context& ctx) {
+        kernels::attention_accumulate_body(ctx, dkv_part[cur].data(), dkv_in[cur].data(), kn + vn);
+      });
     }
     if (cp > 1)
-      cur ^= 1;
+      dkv_transfer.emplace(comm.exchange(std::span<const float>(dkv_part[cur]), next,
+                                         std::span<float>(dkv_in[cur ^ 1]), prev,
+                                         options.tag + 2 * step + 1));
   }
+  if (dkv_transfer)
+    dkv_transfer->wait();
+  const float* dkv = cp > 1 ? dkv_in[cp % 2].data() : dkv_part[0].data();
   detail::launch_elements(qn, options.launch, [&](simt::host_context& ctx) {
     kernels::attention_convert_body(ctx, dq_acc.data(), dq.data(), qn);
   });
   detail::launch_elements(kn, options.launch, [&](simt::host_context& ctx) {
-    kernels::attention_convert_body(ctx, dkv[cur].data(), dk.data(), kn);
+    kernels::attention_convert_body(ctx, dkv, dk.data(), kn);
   });
   detail::launch_elements(vn, options.launch, [&](simt::host_context& ctx) {
-    kernels::attention_convert_body(ctx, dkv[cur].data() + kn, dv.data(), vn);
+    kernels::attention_convert_body(ctx, dkv + kn, dv.data(), vn);
   });
 }
 

@@ -51,6 +51,8 @@ struct device_tiles {
 template <class T>
 class cuda_attention {
 public:
+  static constexpr bool fuses_merge = true; //!< the forward kernel merges in its epilogue
+
   cuda_attention(const ring_partition& part, cudaStream_t stream)
       : stream_(stream), all_(part.tiles(64, attention_rows::all)),
         first_(part.tiles(64, attention_rows::first_half)),
@@ -152,20 +154,9 @@ public:
       auto transfer = start_transfer(kv_[cur].data(), kv_[cur ^ 1].data(), kn_ + vn_, step + 1 < cp,
                                      0x7a00 + step);
       attention_step<T> s = make_step(step, owner, q, kv_[cur].data());
-      s.params.o = step == 0 ? o_acc_.data() : o_part_.data();
-      s.params.lse = step == 0 ? lse : lse_part_.data();
+      s.params.o = o_acc_.data(), s.params.lse = lse;
+      s.params.merge = step > 0; // the forward kernel merges into the running O and LSE
       policy_.forward_step(s);
-      if (step > 0)
-        detail::attention_cuda_check(
-            detail::with_value_dim(shape_,
-                                   [&](auto d) {
-                                     constexpr int D = decltype(d)::value;
-                                     return kernels::attention_merge<D>(
-                                         {o_acc_.data(), lse, o_part_.data(), lse_part_.data(),
-                                          shape_.heads, policy_.rows(s.params.kind)},
-                                         stream_);
-                                   }),
-            "attention_merge");
       finish_transfer(transfer);
     }
     detail::attention_cuda_check(kernels::attention_convert<T>(o_acc_.data(), o, on_, stream_),
@@ -188,32 +179,42 @@ public:
         "attention_dsum");
     copy_kv(k, v);
     zero(dq_acc_.data(), qn_);
-    zero(dkv_[0].data(), kn_ + vn_);
-    int cur = 0;
-    for (int step = 0; step < cp; ++step) {
+    // dK/dV of the K/V block a step sees: the step adds its part into a zeroed buffer; the
+    // block's accumulator from the previous rank, received while the step computed, is added and
+    // the sum goes on to the next rank while the following step computes (as in ring.hpp).
+    const std::int64_t dkv_n = kn_ + vn_;
+    std::optional<handle<float>> dkv_transfer;
+    for (int step = 0, cur = 0; step < cp; ++step, cur ^= 1) {
       const int owner = (rank - step + cp) % cp;
       auto transfer = start_transfer(kv_[cur].data(), kv_[cur ^ 1].data(), kn_ + vn_, step + 1 < cp,
                                      0x7b00 + step);
+      zero(dkv_[cur].data(), dkv_n);
       attention_step<T> s = make_step(step, owner, q, kv_[cur].data());
       auto& p = s.params;
       p.out = o, p.dout = dout, p.lse_final = lse, p.dsum = dsum_.data(), p.dq = dq_acc_.data();
       p.dk = dkv_[cur].data(), p.dv = dkv_[cur].data() + kn_;
       policy_.backward_step(s);
       finish_transfer(transfer);
-      if (cp > 1) { // dK/dV follow their block; after the last step they reach their owner
-        auto back =
-            start_transfer(dkv_[cur].data(), dkv_[cur ^ 1].data(), kn_ + vn_, true, 0x7c00 + step);
-        finish_transfer(back);
-        cur ^= 1;
+      if (dkv_transfer) {
+        finish_transfer(dkv_transfer);
+        detail::attention_cuda_check(
+            kernels::attention_accumulate(dkv_[cur].data(), dkv_in_[cur].data(), dkv_n, stream_),
+            "attention_accumulate");
       }
+      auto next_transfer =
+          start_transfer(dkv_[cur].data(), dkv_in_[cur ^ 1].data(), dkv_n, cp > 1, 0x7c00 + step);
+      dkv_transfer.reset();
+      if (next_transfer)
+        dkv_transfer.emplace(std::move(*next_transfer));
     }
+    finish_transfer(dkv_transfer);
+    const float* dkv = cp > 1 ? dkv_in_[cp % 2].data() : dkv_[0].data();
     detail::attention_cuda_check(kernels::attention_convert<T>(dq_acc_.data(), dq, qn_, stream_),
                                  "attention_convert");
-    detail::attention_cuda_check(kernels::attention_convert<T>(dkv_[cur].data(), dk, kn_, stream_),
+    detail::attention_cuda_check(kernels::attention_convert<T>(dkv, dk, kn_, stream_),
                                  "attention_convert");
-    detail::attention_cuda_check(
-        kernels::attention_convert<T>(dkv_[cur].data() + kn_, dv, vn_, stream_),
-        "attention_convert");
+    detail::attention_cuda_check(kernels::attention_convert<T>(dkv + kn_, dv, vn_, stream_),
+                                 "attention_convert");
   }
 
 private:
@@ -274,12 +275,8 @@ private:
   }
   void ensure_forward_space() {
     ensure_kv();
-    if (o_acc_.size() == 0) {
+    if (o_acc_.size() == 0)
       o_acc_ = detail::device_array<float>(static_cast<std::size_t>(on_));
-      o_part_ = detail::device_array<float>(static_cast<std::size_t>(on_));
-      lse_part_ =
-          detail::device_array<float>(static_cast<std::size_t>(part_.tokens() * shape_.heads));
-    }
   }
   void ensure_backward_space() {
     ensure_kv();
@@ -288,6 +285,9 @@ private:
       dsum_ = detail::device_array<float>(static_cast<std::size_t>(part_.tokens() * shape_.heads));
       for (auto& b : dkv_)
         b = detail::device_array<float>(static_cast<std::size_t>(kn_ + vn_));
+      if (part_.cp() > 1)
+        for (auto& b : dkv_in_)
+          b = detail::device_array<float>(static_cast<std::size_t>(kn_ + vn_));
     }
   }
 
@@ -300,7 +300,8 @@ private:
   detail::device_array<std::int32_t> offsets_;
   std::vector<detail::device_array<std::int32_t>> real_;
   detail::device_array<T> kv_[2];
-  detail::device_array<float> o_acc_, o_part_, lse_part_, dq_acc_, dsum_, dkv_[2];
+  detail::device_array<float> o_acc_, dq_acc_, dsum_;
+  detail::device_array<float> dkv_[2], dkv_in_[2]; // a step's dK/dV part; what arrives for it
   detail::stream_order ready_; // the compute stream is past the buffer a transfer overwrites
 };
 

@@ -46,6 +46,12 @@ __global__ void __launch_bounds__(256) attention_dsum_kernel(attention_params<T>
   attention_dsum_body<D>(ctx, p);
 }
 
+__global__ void __launch_bounds__(256)
+    attention_accumulate_kernel(float* dst, const float* src, std::int64_t n) {
+  simt::cuda_context ctx;
+  attention_accumulate_body(ctx, dst, src, n);
+}
+
 template <class T>
 __global__ void __launch_bounds__(256)
     attention_convert_kernel(const float* in, T* out, std::int64_t n) {

@@ -61,10 +61,14 @@ struct attention_params {
   const T* q = nullptr;
   const T* k = nullptr;
   const T* v = nullptr;
-  float* o = nullptr;      //!< forward: partial O of the step's rows (fp32, [tokens, heads, DV])
-  float* lse = nullptr;    //!< forward: its LSE (natural log), -inf where no key is visible
-  const T* out = nullptr;  //!< backward: the final O
-  const T* dout = nullptr; //!< backward: dO
+  float* o = nullptr;   //!< forward: partial O of the step's rows (fp32, [tokens, heads, DV])
+  float* lse = nullptr; //!< forward: its LSE (natural log), -inf where no key is visible
+  //! forward: `o` and `lse` already hold the result of the earlier ring steps for the step's
+  //! rows; the kernel merges its partial result into them (the LSE merge fused into its epilogue,
+  //! where each block owns its rows) instead of overwriting them
+  bool merge = false;
+  const T* out = nullptr;           //!< backward: the final O
+  const T* dout = nullptr;          //!< backward: dO
   const float* lse_final = nullptr; //!< backward: the final LSE
   float* dsum = nullptr;            //!< backward: rowsum(dO * O) [tokens, heads]
   float* dq = nullptr;              //!< backward: dQ accumulator (the step adds its part)
@@ -409,6 +413,17 @@ DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_store2(float* dst, float a, fl
   dst[0] = a, dst[1] = b;
 #endif
 }
+//! dst = dst * w + (a, b) for two adjacent fp32 values (8-byte aligned).
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_blend2(float* dst, float w, float a, float b) {
+#if defined(__CUDA_ARCH__)
+  float x, y;
+  asm volatile("ld.global.v2.f32 {%0, %1}, [%2];\n" : "=f"(x), "=f"(y) : "l"(dst) : "memory");
+  asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x * w + a), "f"(y * w + b)
+               : "memory");
+#else
+  dst[0] = dst[0] * w + a, dst[1] = dst[1] * w + b;
+#endif
+}
 DCPP_HOST_DEVICE DCPP_FORCE_INLINE void attention_add2(float* dst, float a, float b) {
 #if defined(__CUDA_ARCH__)
   float x, y;
@@ -602,20 +617,46 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
     l[r] = detail::attention_quad_sum(ctx, l[r]);
     const int i = erow + (r >> 1) * 16 + g + 8 * (r & 1); // local row
     const int row = eb.seq.base + i;
+    float* lse = p.lse + static_cast<std::int64_t>(row) * p.heads + h;
+    // Merged (p.merge): o = (o_old w_old + O w) / (w_old + w) with w = e^{lse - max}. The quad's
+    // first lane reads the old LSE and shares it (every lane of the warp takes part in the
+    // shuffle), so that its write below cannot overtake another lane's read.
+    float old_lse = 0.0f;
+    if (p.merge) {
+      old_lse = lane % 4 == 0 && row < eb.row1 ? *lse : 0.0f;
+      old_lse = ctx.shuffle(old_lse, static_cast<int>(lane & ~3u));
+    }
     if (row >= eb.row1)
       continue;
     const bool live = l[r] > 0.0f && eb.seq.query_real(i);
-    const float inv = live ? 1.0f / l[r] : 0.0f;
     float* o = p.o + row * o_stride + h * DV + 2 * static_cast<int>(lane % 4);
+    const float part_lse = live ? m[r] * detail::attention_ln2 + detail::attention_log(l[r])
+                                : detail::attention_neg_inf();
+    float w_old = 0.0f, w_new = live ? 1.0f / l[r] : 0.0f, out_lse = part_lse; // O = acc / l
+    if (p.merge) {
+      const float mx = detail::attention_max(old_lse, part_lse);
+      if (mx == detail::attention_neg_inf()) { // neither part sees a key: O stays 0
+        w_old = 1.0f, w_new = 0.0f, out_lse = mx;
+      } else {
+        const float a = detail::attention_exp2((old_lse - mx) * detail::attention_log2e);
+        const float b = detail::attention_exp2((part_lse - mx) * detail::attention_log2e);
+        w_old = a / (a + b);
+        w_new = live ? b / (a + b) / l[r] : 0.0f;
+        out_lse = mx + detail::attention_log(a + b);
+      }
+    }
     DCPP_UNROLL
     for (int dt = 0; dt < DT; ++dt) {
       const simt::mma_accumulator& a = acc[(r >> 1) * DT + dt];
-      detail::attention_store2(o + dt * 8, a.x[2 * (r & 1)] * inv, a.x[2 * (r & 1) + 1] * inv);
+      if (p.merge)
+        detail::attention_blend2(o + dt * 8, w_old, a.x[2 * (r & 1)] * w_new,
+                                 a.x[2 * (r & 1) + 1] * w_new);
+      else
+        detail::attention_store2(o + dt * 8, a.x[2 * (r & 1)] * w_new,
+                                 a.x[2 * (r & 1) + 1] * w_new);
     }
     if (lane % 4 == 0)
-      p.lse[static_cast<std::int64_t>(row) * p.heads + h] =
-          live ? m[r] * detail::attention_ln2 + detail::attention_log(l[r])
-               : detail::attention_neg_inf();
+      *lse = out_lse;
   }
 }
 
@@ -962,6 +1003,17 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
                                dv[dt].x[2 * r + 1]);
     }
   }
+}
+
+//! dst[i] += src[i] (fp32): a block's dK/dV arriving from the previous rank added to this step's
+//! contribution, one thread per element.
+template <class Ctx>
+DCPP_HOST_DEVICE void attention_accumulate_body(Ctx& ctx, float* dst, const float* src,
+                                                std::int64_t n) {
+  const std::int64_t i =
+      static_cast<std::int64_t>(ctx.block_index().x) * ctx.block_dim().x + ctx.thread_index().x;
+  if (i < n)
+    dst[i] += src[i];
 }
 
 //! Element-wise fp32 -> T (final O, dQ, dK, dV), one thread per element.

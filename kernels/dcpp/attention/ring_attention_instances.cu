@@ -35,6 +35,14 @@ DCPP_ATTENTION_INSTANTIATE_VALUE(128)
 DCPP_ATTENTION_INSTANTIATE_VALUE(192)
 DCPP_ATTENTION_INSTANTIATE_VALUE(256)
 #undef DCPP_ATTENTION_INSTANTIATE_VALUE
+// Not a template: defined here, once, for programs linking the instances.
+cudaError_t attention_accumulate(float* dst, const float* src, std::int64_t n,
+                                 cudaStream_t stream) {
+  if (n == 0)
+    return cudaSuccess;
+  attention_accumulate_kernel<<<detail::attention_element_blocks(n), 256, 0, stream>>>(dst, src, n);
+  return cudaGetLastError();
+}
 template cudaError_t attention_convert<float>(const float*, float*, std::int64_t, cudaStream_t);
 template cudaError_t attention_convert<half>(const float*, half*, std::int64_t, cudaStream_t);
 template cudaError_t attention_convert<bfloat16>(const float*, bfloat16*, std::int64_t,

@@ -26,6 +26,8 @@ cudaError_t attention_merge(const attention_merge_params<D>& p, cudaStream_t str
 //! Backward pre-pass rowsum(dO * O) into p.dsum (D: the O / V head dim).
 template <int D, class T>
 cudaError_t attention_dsum(const attention_params<T>& p, cudaStream_t stream);
+//! dst += src, element-wise (fp32): a block's dK/dV from the previous rank onto this step's part.
+cudaError_t attention_accumulate(float* dst, const float* src, std::int64_t n, cudaStream_t stream);
 //! fp32 -> T, element-wise.
 template <class T>
 cudaError_t attention_convert(const float* in, T* out, std::int64_t n, cudaStream_t stream);
