@@ -1,6 +1,6 @@
 // Kernel benchmark on a GPU: achieved bandwidth of the conv1d and loss-reduction kernels against
-// the device's peak, and the ring attention steps' tensor-core throughput against the peak
-// (docs/kernels.md gives the expected fractions on an H100). Built whenever CUDA is enabled; exits
+// the device's peak, and the ring attention steps' tensor-core throughput per head shape against
+// the peak and docs/kernels.md's H100 predictions. Built whenever CUDA is enabled; exits
 // 77 with a message when no device is present.
 #include <cuda_runtime.h>
 
@@ -38,6 +38,103 @@ float time_ms(F&& f, int repeats) {
   float ms = 0;
   BENCH_CHECK(cudaEventElapsedTime(&ms, a, b));
   return ms / static_cast<float>(repeats);
+}
+
+//! Forward (diagonal and lower step) and backward (diagonal step) of one head shape; useful
+//! flops: 2 (DQK + DV) per visible (query, key) pair and head forward, 2 (3 DQK + 2 DV) backward
+//! (FlashAttention's accounting: 4D and 10D at equal head dims; the dQ and dK/dV kernels also
+//! recompute S and dP, which is not counted).
+template <int DQK, int DV>
+void bench_attention(double tc_peak, double predicted_forward, double predicted_backward) {
+  using T = dcpp::bfloat16;
+  constexpr int H = 16, HK = 4, L = 4096, SEQ = 8;
+  const std::int64_t tokens = static_cast<std::int64_t>(L) * SEQ;
+  auto upload = [](const std::vector<std::int32_t>& v) {
+    std::int32_t* d = nullptr;
+    BENCH_CHECK(cudaMalloc(&d, v.size() * sizeof(std::int32_t)));
+    BENCH_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+    return d;
+  };
+  auto tiles = [&](int rows) {
+    std::vector<std::int32_t> seq, begin, end;
+    for (int s = 0; s < SEQ; ++s)
+      for (int b = 0; b < L; b += rows)
+        seq.push_back(s), begin.push_back(s * L + b), end.push_back(s * L + b + rows);
+    return dcpp::kernels::attention_tiles{upload(seq), upload(begin), upload(end),
+                                          static_cast<int>(seq.size())};
+  };
+  std::vector<std::int32_t> offset, real;
+  for (int s = 0; s <= SEQ; ++s)
+    offset.push_back(s * L);
+  for (int s = 0; s < SEQ; ++s)
+    real.push_back(L / 2), real.push_back(L / 2);
+  const auto n = static_cast<std::size_t>(tokens);
+  const std::size_t qn = n * H * DQK, on = n * H * DV, kn = n * HK * DQK, vn = n * HK * DV;
+  T *q, *k, *v, *o, *dout;
+  float *of, *lse, *dsum, *dq, *dk, *dv;
+  BENCH_CHECK(cudaMalloc(&q, qn * sizeof(T)));
+  BENCH_CHECK(cudaMalloc(&o, on * sizeof(T)));
+  BENCH_CHECK(cudaMalloc(&dout, on * sizeof(T)));
+  BENCH_CHECK(cudaMalloc(&k, kn * sizeof(T)));
+  BENCH_CHECK(cudaMalloc(&v, vn * sizeof(T)));
+  BENCH_CHECK(cudaMalloc(&of, on * sizeof(float)));
+  BENCH_CHECK(cudaMalloc(&dq, qn * sizeof(float)));
+  BENCH_CHECK(cudaMalloc(&dk, kn * sizeof(float)));
+  BENCH_CHECK(cudaMalloc(&dv, vn * sizeof(float)));
+  BENCH_CHECK(cudaMalloc(&lse, n * H * sizeof(float)));
+  BENCH_CHECK(cudaMalloc(&dsum, n * H * sizeof(float)));
+  BENCH_CHECK(cudaMemset(q, 0, qn * sizeof(T)));
+  BENCH_CHECK(cudaMemset(o, 0, on * sizeof(T)));
+  BENCH_CHECK(cudaMemset(dout, 0, on * sizeof(T)));
+  BENCH_CHECK(cudaMemset(k, 0, kn * sizeof(T)));
+  BENCH_CHECK(cudaMemset(v, 0, vn * sizeof(T)));
+  BENCH_CHECK(cudaMemset(lse, 0, n * H * sizeof(float)));
+  BENCH_CHECK(cudaMemset(dsum, 0, n * H * sizeof(float)));
+  dcpp::kernels::attention_params<T> a;
+  a.q = q, a.k = k, a.v = v, a.o = of, a.lse = lse, a.out = o, a.dout = dout;
+  a.lse_final = lse, a.dsum = dsum, a.dq = dq, a.dk = dk, a.dv = dv;
+  a.tokens = tokens, a.heads = H, a.kv_heads = HK, a.scale = 0.088f;
+  const std::int32_t* d_real = upload(real);
+  a.layout = {upload(offset), d_real, d_real, SEQ};
+  using cfg = dcpp::kernels::attention_tile<DQK, DV, T>;
+  const auto forward_tiles = tiles(cfg::forward_rows), backward_tiles = tiles(cfg::rows);
+  const double pairs = SEQ * (static_cast<double>(L) * (L + 1) / 2); // diagonal step
+  const double half_pairs = SEQ * (static_cast<double>(L) * L / 2);  // lower / upper steps
+  auto row = [&](const char* what, double flops, float ms, double predicted) {
+    char name[64], prediction[32] = "-";
+    std::snprintf(name, sizeof name, "attn %s %d/%d", what, DQK, DV);
+    if (predicted > 0)
+      std::snprintf(prediction, sizeof prediction, "%.0f", predicted);
+    std::printf("%-34s %10lld %10.3f %10.1f %9.1f%% %14s\n", name, static_cast<long long>(tokens),
+                ms, flops / ms / 1e9, 100 * flops / ms / 1e-3 / tc_peak, prediction);
+  };
+  struct step {
+    const char* name;
+    dcpp::kernels::ring_step_kind kind;
+    double pairs;
+  };
+  a.tiles = forward_tiles;
+  for (const step st : {step{"fwd diagonal", dcpp::kernels::ring_step_kind::diagonal, pairs},
+                        step{"fwd lower", dcpp::kernels::ring_step_kind::lower, half_pairs}}) {
+    a.kind = st.kind;
+    const float ms = time_ms(
+        [&] { BENCH_CHECK((dcpp::kernels::attention_forward<DQK, DV, T>(a, nullptr))); }, 10);
+    row(st.name, 2.0 * (DQK + DV) * H * st.pairs, ms,
+        st.kind == dcpp::kernels::ring_step_kind::diagonal ? predicted_forward : 0);
+  }
+  a.kind = dcpp::kernels::ring_step_kind::diagonal;
+  a.tiles = backward_tiles;
+  const float ms = time_ms(
+      [&] {
+        BENCH_CHECK((dcpp::kernels::attention_backward<DQK, DV, T>(a, backward_tiles, nullptr)));
+      },
+      10);
+  row("bwd diagonal", 2.0 * (3 * DQK + 2 * DV) * H * pairs, ms, predicted_backward);
+  for (void* p : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v),
+                  static_cast<void*>(o), static_cast<void*>(dout), static_cast<void*>(of),
+                  static_cast<void*>(lse), static_cast<void*>(dsum), static_cast<void*>(dq),
+                  static_cast<void*>(dk), static_cast<void*>(dv)})
+    BENCH_CHECK(cudaFree(p));
 }
 
 } // namespace
@@ -106,87 +203,21 @@ int main() {
               static_cast<long long>(tokens), bwd, bytes_bwd / bwd / 1e6,
               100 * bytes_bwd / bwd / 1e-3 / peak);
 
-  // Ring attention, one step of each kind on the diagonal's geometry (cp = 1: every sequence's
-  // two halves on this GPU), bf16, head dim 128, 16 query heads, GQA 4:1. Useful flops: 4 D per
-  // visible (query, key) pair and head forward, 10 D backward (FlashAttention's accounting; the
-  // dQ and dK/dV kernels recompute S and dP, so they execute 14 D).
-  {
-    constexpr int D = 128, H = 16, HK = 4, L = 4096, SEQ = 8;
-    const std::int64_t att_tokens = static_cast<std::int64_t>(L) * SEQ;
-    int clock_khz = 0;
-    cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
-    const double per_sm_clock = prop.major >= 9 ? 4096.0 : 2048.0; // dense bf16 flops/clk/SM
-    const double tc_peak = per_sm_clock * prop.multiProcessorCount * clock_khz * 1e3;
-    std::printf("\ntensor-core peak (dense bf16, %.0f flops/clk/SM) %.0f TFLOP/s\n", per_sm_clock,
-                tc_peak / 1e12);
-    std::printf("%-28s %10s %10s %12s %10s\n", "kernel", "tokens", "ms", "TFLOP/s", "of peak");
-    std::vector<std::int32_t> offset, real, tseq, tbeg, tend;
-    for (int s = 0; s <= SEQ; ++s)
-      offset.push_back(s * L);
-    for (int s = 0; s < SEQ; ++s) {
-      real.push_back(L / 2), real.push_back(L / 2);
-      for (int b = 0; b < L; b += 64)
-        tseq.push_back(s), tbeg.push_back(s * L + b), tend.push_back(s * L + b + 64);
-    }
-    auto upload = [](const std::vector<std::int32_t>& v) {
-      std::int32_t* d = nullptr;
-      BENCH_CHECK(cudaMalloc(&d, v.size() * sizeof(std::int32_t)));
-      BENCH_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
-      return d;
-    };
-    const std::size_t qn = static_cast<std::size_t>(att_tokens) * H * D,
-                      kn = static_cast<std::size_t>(att_tokens) * HK * D;
-    T *q, *k, *v, *o, *dout;
-    float *of, *lse, *dsum, *dq, *dk, *dv;
-    BENCH_CHECK(cudaMalloc(&q, qn * sizeof(T)));
-    BENCH_CHECK(cudaMalloc(&o, qn * sizeof(T)));
-    BENCH_CHECK(cudaMalloc(&dout, qn * sizeof(T)));
-    BENCH_CHECK(cudaMalloc(&k, kn * sizeof(T)));
-    BENCH_CHECK(cudaMalloc(&v, kn * sizeof(T)));
-    BENCH_CHECK(cudaMalloc(&of, qn * sizeof(float)));
-    BENCH_CHECK(cudaMalloc(&dq, qn * sizeof(float)));
-    BENCH_CHECK(cudaMalloc(&dk, kn * sizeof(float)));
-    BENCH_CHECK(cudaMalloc(&dv, kn * sizeof(float)));
-    BENCH_CHECK(cudaMalloc(&lse, att_tokens * H * sizeof(float)));
-    BENCH_CHECK(cudaMalloc(&dsum, att_tokens * H * sizeof(float)));
-    for (T* t : {q, o, dout})
-      BENCH_CHECK(cudaMemset(t, 0, qn * sizeof(T)));
-    for (T* t : {k, v})
-      BENCH_CHECK(cudaMemset(t, 0, kn * sizeof(T)));
-    BENCH_CHECK(cudaMemset(lse, 0, att_tokens * H * sizeof(float)));
-    dcpp::kernels::attention_params<T> a;
-    a.q = q, a.k = k, a.v = v, a.o = of, a.lse = lse, a.out = o, a.dout = dout;
-    a.lse_final = lse, a.dsum = dsum, a.dq = dq, a.dk = dk, a.dv = dv;
-    a.tokens = att_tokens, a.heads = H, a.kv_heads = HK, a.scale = 0.088f;
-    const std::int32_t* d_offset = upload(offset);
-    const std::int32_t* d_real = upload(real);
-    a.layout = {d_offset, d_real, d_real, SEQ};
-    a.tiles = {upload(tseq), upload(tbeg), upload(tend), static_cast<int>(tseq.size())};
-    const double pairs = SEQ * (static_cast<double>(L) * (L + 1) / 2); // diagonal step
-    const double half_pairs = SEQ * (static_cast<double>(L) * L / 2);  // lower / upper steps
-    struct row {
-      const char* name;
-      dcpp::kernels::ring_step_kind kind;
-      double pairs;
-    };
-    for (const row r : {row{"attn fwd diagonal", dcpp::kernels::ring_step_kind::diagonal, pairs},
-                        row{"attn fwd lower", dcpp::kernels::ring_step_kind::lower, half_pairs}}) {
-      a.kind = r.kind;
-      const float ms = time_ms(
-          [&] { BENCH_CHECK((dcpp::kernels::attention_forward<D, D, T>(a, nullptr))); }, 10);
-      const double flops = 4.0 * D * H * r.pairs;
-      std::printf("%-28s %10lld %10.3f %12.1f %9.1f%%\n", r.name,
-                  static_cast<long long>(att_tokens), ms, flops / ms / 1e9,
-                  100 * flops / ms / 1e-3 / tc_peak);
-    }
-    a.kind = dcpp::kernels::ring_step_kind::diagonal;
-    const float ms = time_ms(
-        [&] { BENCH_CHECK((dcpp::kernels::attention_backward<D, D, T>(a, a.tiles, nullptr))); },
-        10);
-    const double flops = 10.0 * D * H * pairs;
-    std::printf("%-28s %10lld %10.3f %12.1f %9.1f%%\n", "attn bwd diagonal",
-                static_cast<long long>(att_tokens), ms, flops / ms / 1e9,
-                100 * flops / ms / 1e-3 / tc_peak);
-  }
+  // Ring attention: one step of each kind on the diagonal's geometry (cp = 1: every sequence's
+  // two halves on this GPU), bf16, 16 query heads, GQA 4:1, 8 samples of 4,096 tokens, for every
+  // head shape; beside docs/kernels.md's H100 predictions where it makes one (D = 128).
+  int clock_khz = 0;
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
+  const double per_sm_clock = prop.major >= 9 ? 4096.0 : 2048.0; // dense bf16 flops/clk/SM
+  const double tc_peak = per_sm_clock * prop.multiProcessorCount * clock_khz * 1e3;
+  std::printf("\ntensor-core peak (dense bf16, %.0f flops/clk/SM) %.0f TFLOP/s\n", per_sm_clock,
+              tc_peak / 1e12);
+  std::printf("%-34s %10s %10s %10s %10s %14s\n", "kernel", "tokens", "ms", "TFLOP/s", "of peak",
+              "H100 predicted");
+  bench_attention<64, 64>(tc_peak, 0, 0);
+  bench_attention<96, 96>(tc_peak, 0, 0);
+  bench_attention<128, 128>(tc_peak, 230, 120); // docs/kernels.md, 4k tokens
+  bench_attention<192, 128>(tc_peak, 0, 0);
+  bench_attention<256, 256>(tc_peak, 0, 0);
   return 0;
 }
