@@ -189,4 +189,18 @@ TEST_CASE("conv1d: bad inputs name the field, value and limit") {
   CHECK_THROWS_WITH_AS(dcpp::pad_layout(layout, 2),
                        "conv1d: padded_tokens = 2 is below the 4 tokens of the buffer",
                        dcpp::error);
+  // in place (or partly overlapping) would race on a GPU: refused
+  p.tokens = 4;
+  p.y = x.data() + 1;
+  CHECK_THROWS_WITH_AS(dcpp::conv1d_forward_on_host(4, p, layout),
+                       "conv1d: y overlaps x; the forward reads neighbouring tokens of x while "
+                       "writing y, so it cannot run in place",
+                       dcpp::error);
+  std::vector<float> dy(8), dw(8);
+  p.y = y.data(), p.dy = dy.data(), p.dx = dy.data(), p.dweight = dw.data();
+  CHECK_THROWS_WITH_AS(dcpp::conv1d_backward_on_host(4, p, layout),
+                       doctest::Contains("conv1d: dx overlaps dy"), dcpp::error);
+  p.dx = x.data();
+  CHECK_THROWS_WITH_AS(dcpp::conv1d_backward_on_host(4, p, layout),
+                       doctest::Contains("conv1d: dx overlaps x"), dcpp::error);
 }

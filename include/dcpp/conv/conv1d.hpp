@@ -160,6 +160,22 @@ status check_conv1d(const kernels::conv1d_params<T>& p, const conv1d_layout& l, 
     return fail("conv1d: a required buffer (x, weight, y or dy, dx, dweight) is null");
   if (l.halo_rows > 0 && p.halo_x == nullptr)
     return fail(fmt::format("conv1d: the layout has {} halo rows but halo_x is null", l.halo_rows));
+  // The kernels read the W-1 neighbouring tokens of every token (before it forward, after it
+  // backward) while other threads write the output: an output overlapping an input races on a GPU
+  // (the host launcher's one-at-a-time threads would hide it), so it is refused here.
+  const auto bytes =
+      static_cast<std::uintptr_t>(p.tokens) * static_cast<std::uintptr_t>(p.channels) * sizeof(T);
+  auto overlap = [bytes](const void* a, const void* b) {
+    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+    return a != nullptr && b != nullptr && bytes > 0 && x < y + bytes && y < x + bytes;
+  };
+  if (!backward && overlap(p.y, p.x))
+    return fail("conv1d: y overlaps x; the forward reads neighbouring tokens of x while writing y, "
+                "so it cannot run in place");
+  if (backward && (overlap(p.dx, p.dy) || overlap(p.dx, p.x)))
+    return fail(fmt::format("conv1d: dx overlaps {}; the backward reads neighbouring tokens of x "
+                            "and dy while writing dx, so it cannot run in place",
+                            overlap(p.dx, p.dy) ? "dy" : "x"));
   return status::success();
 }
 } // namespace detail

@@ -121,7 +121,16 @@ DCPP_HOST_DEVICE DCPP_FORCE_INLINE void conv1d_load(const T* base, std::int64_t 
     };
     pack loaded;
 #if defined(__CUDA_ARCH__)
-    loaded = *reinterpret_cast<const pack*>(p);
+    // one vector load through PTX into 32-bit registers, then a register copy: no type punning
+    static_assert(sizeof(pack) == 8 || sizeof(pack) == 16, "8- or 16-byte vectors");
+    std::uint32_t w[sizeof(pack) / 4];
+    if constexpr (sizeof(pack) == 16)
+      asm("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+          : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+          : "l"(p));
+    else
+      asm("ld.global.v2.u32 {%0, %1}, [%2];\n" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+    std::memcpy(&loaded, w, sizeof(pack));
 #else
     std::memcpy(&loaded, p, sizeof(pack));
 #endif
