@@ -15,6 +15,7 @@ quotes = {
     "examples/custom_cost.cpp": ["docs/policies.md"],
     "examples/cpu_trainer.cpp": ["docs/integration.md"],
     "examples/gpu_trainer.cpp": ["docs/integration.md"],
+    "examples/attention_policy.cpp": ["docs/kernels.md"],
 }
 failed = False
 for source, docs in quotes.items():
