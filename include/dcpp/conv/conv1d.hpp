@@ -124,7 +124,7 @@ struct conv1d_layout {
 namespace detail {
 template <int W, class T, class F>
 void conv1d_dispatch_vec(const kernels::conv1d_params<T>& p, F&& run) {
-  constexpr int vec = 4;
+  constexpr int vec = kernels::conv1d_vector<T>; // 16-byte vectors, as on the device
   if (p.channels % vec == 0)
     run(std::integral_constant<int, vec>{});
   else

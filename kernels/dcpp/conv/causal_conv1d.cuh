@@ -40,14 +40,16 @@ __global__ void __launch_bounds__(128) conv1d_halo_grad_kernel(conv1d_params<T> 
   conv1d_halo_grad_body<W, Vec>(ctx, p);
 }
 
-//! Channels per thread: 16-byte vectors when every buffer is aligned and channels divide.
+//! Channels per thread: 16-byte vectors (4 fp32 or 8 fp16/bf16 channels) when every buffer is
+//! aligned and channels divide, else 1.
 template <class T>
 int conv1d_vector_width(const conv1d_params<T>& p) {
-  constexpr int vec = 16 / static_cast<int>(sizeof(T)) >= 4 ? 4 : 1;
+  constexpr int vec = conv1d_vector<T>;
   const auto aligned = [](const void* q) {
     return q == nullptr || reinterpret_cast<std::uintptr_t>(q) % (vec * sizeof(T)) == 0;
   };
-  return p.channels % vec == 0 && aligned(p.x) && aligned(p.y) && aligned(p.dy) && aligned(p.halo_x)
+  return p.channels % vec == 0 && aligned(p.x) && aligned(p.y) && aligned(p.dy) && aligned(p.dx) &&
+                 aligned(p.halo_x)
              ? vec
              : 1;
 }
@@ -64,8 +66,9 @@ cudaError_t conv1d_forward(const conv1d_params<T>& p, cudaStream_t stream) {
   if (p.tokens <= 0)
     return cudaSuccess;
   const dim3 block(conv1d_tile::channel_threads, conv1d_tile::token_groups);
-  if (conv1d_vector_width(p) == 4)
-    conv1d_forward_kernel<W, 4><<<conv1d_grid(p.tokens, p.channels, 4), block, 0, stream>>>(p);
+  constexpr int V = conv1d_vector<T>;
+  if (conv1d_vector_width(p) == V)
+    conv1d_forward_kernel<W, V><<<conv1d_grid(p.tokens, p.channels, V), block, 0, stream>>>(p);
   else
     conv1d_forward_kernel<W, 1><<<conv1d_grid(p.tokens, p.channels, 1), block, 0, stream>>>(p);
   return cudaGetLastError();
@@ -81,8 +84,9 @@ cudaError_t conv1d_backward(const conv1d_params<T>& p, cudaStream_t stream) {
   const dim3 block(conv1d_tile::channel_threads, conv1d_tile::token_groups);
   const int vec = conv1d_vector_width(p);
   const dim3 grid = conv1d_grid(p.tokens, p.channels, vec);
-  if (vec == 4)
-    conv1d_backward_kernel<W, 4><<<grid, block, conv1d_backward_shared_bytes<W, 4>(), stream>>>(p);
+  constexpr int V = conv1d_vector<T>;
+  if (vec == V)
+    conv1d_backward_kernel<W, V><<<grid, block, conv1d_backward_shared_bytes<W, V>(), stream>>>(p);
   else
     conv1d_backward_kernel<W, 1><<<grid, block, conv1d_backward_shared_bytes<W, 1>(), stream>>>(p);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
@@ -101,8 +105,9 @@ cudaError_t conv1d_halo_gradients(const conv1d_params<T>& p, cudaStream_t stream
   const int vec = conv1d_vector_width(p);
   const dim3 grid(static_cast<unsigned>(p.seg.count),
                   static_cast<unsigned>((p.channels / vec + 127) / 128));
-  if (vec == 4)
-    conv1d_halo_grad_kernel<W, 4><<<grid, 128, 0, stream>>>(p);
+  constexpr int V = conv1d_vector<T>;
+  if (vec == V)
+    conv1d_halo_grad_kernel<W, V><<<grid, 128, 0, stream>>>(p);
   else
     conv1d_halo_grad_kernel<W, 1><<<grid, 128, 0, stream>>>(p);
   return cudaGetLastError();

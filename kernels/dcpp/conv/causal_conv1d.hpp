@@ -57,6 +57,10 @@ struct conv1d_params {
   conv1d_segments seg;
 };
 
+//! Channels a thread handles when the buffers allow vectors: one 16-byte load or store.
+template <class T>
+inline constexpr int conv1d_vector = 16 / static_cast<int>(sizeof(T));
+
 //! Tile of one block: 32 threads across channel vectors (a warp reads 32 * VEC consecutive
 //! channels of a token: 512 contiguous bytes for fp32 with VEC = 4, full 128-byte lines) and 4
 //! groups of 16 consecutive tokens (each thread slides a W-token window through its run, so x is
@@ -137,6 +141,38 @@ DCPP_HOST_DEVICE DCPP_FORCE_INLINE void conv1d_load(const T* base, std::int64_t 
     DCPP_UNROLL
     for (int v = 0; v < Vec; ++v)
       out[v] = to_float(loaded.v[v]);
+  }
+}
+
+//! Stores Vec consecutive channels (from c) of row `row`: one vector store when Vec > 1 (same
+//! alignment rule as conv1d_load).
+template <int Vec, class T>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void conv1d_store(T* base, std::int64_t row, int channels, int c,
+                                                     const float (&in)[Vec]) {
+  T* p = base + row * channels + c;
+  if constexpr (Vec == 1) {
+    p[0] = from_float<T>(in[0]);
+  } else {
+    struct alignas(sizeof(T) * Vec) pack {
+      T v[Vec];
+    };
+    pack out;
+    DCPP_UNROLL
+    for (int v = 0; v < Vec; ++v)
+      out.v[v] = from_float<T>(in[v]);
+#if defined(__CUDA_ARCH__)
+    static_assert(sizeof(pack) == 8 || sizeof(pack) == 16, "8- or 16-byte vectors");
+    std::uint32_t w[sizeof(pack) / 4];
+    std::memcpy(w, &out, sizeof(pack));
+    if constexpr (sizeof(pack) == 16)
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(w[0]), "r"(w[1]),
+                   "r"(w[2]), "r"(w[3])
+                   : "memory");
+    else
+      asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(p), "r"(w[0]), "r"(w[1]) : "memory");
+#else
+    std::memcpy(p, &out, sizeof(pack));
+#endif
   }
 }
 
@@ -248,9 +284,8 @@ DCPP_HOST_DEVICE void conv1d_forward_body(Ctx& ctx, const conv1d_params<T>& p) {
   int s = detail::conv1d_find_segment(p.seg, t);
   while (t < end) {
     if (s < 0) { // outside every segment: zeros
-      DCPP_UNROLL
-      for (int v = 0; v < Vec; ++v)
-        p.y[t * p.channels + c + v] = from_float<T>(0.0f);
+      const float zero[Vec] = {};
+      detail::conv1d_store<Vec>(p.y, t, p.channels, c, zero);
       ++t;
       s = detail::conv1d_find_segment(p.seg, t);
       continue;
@@ -265,6 +300,7 @@ DCPP_HOST_DEVICE void conv1d_forward_body(Ctx& ctx, const conv1d_params<T>& p) {
     for (; t < end && t < seg_end; ++t) {
       detail::conv1d_load<Vec>(p.x, t, p.channels, c, window[0]);
       const bool is_real = first_position + t < real;
+      float out[Vec];
       DCPP_UNROLL
       for (int v = 0; v < Vec; ++v) {
         float acc = b[v];
@@ -273,8 +309,9 @@ DCPP_HOST_DEVICE void conv1d_forward_body(Ctx& ctx, const conv1d_params<T>& p) {
           acc += w[v][k] * window[k][v];
         if (p.silu)
           acc *= detail::conv1d_sigmoid(acc);
-        p.y[t * p.channels + c + v] = from_float<T>(is_real ? acc : 0.0f);
+        out[v] = is_real ? acc : 0.0f;
       }
+      detail::conv1d_store<Vec>(p.y, t, p.channels, c, out);
       DCPP_UNROLL
       for (int k = W - 1; k > 0; --k)
         DCPP_UNROLL
@@ -302,64 +339,119 @@ DCPP_HOST_DEVICE void conv1d_backward_body(Ctx& ctx, const conv1d_params<T>& p) 
   if (active) {
     float w[Vec][W], b[Vec];
     detail::conv1d_load_weights<W, Vec>(p, c, w, b);
-    const std::int64_t begin_run =
+    std::int64_t t =
         (static_cast<std::int64_t>(bi.x) * tile::token_groups + ti.y) * tile::tokens_per_thread;
-    const std::int64_t end_run = begin_run + tile::tokens_per_thread < p.tokens
-                                     ? begin_run + tile::tokens_per_thread
-                                     : p.tokens;
-    for (std::int64_t t = begin_run; t < end_run; ++t) {
-      const int s = detail::conv1d_find_segment(p.seg, t);
-      if (s < 0) {
-        DCPP_UNROLL
-        for (int v = 0; v < Vec; ++v)
-          p.dx[t * p.channels + c + v] = from_float<T>(0.0f);
+    const std::int64_t end =
+        t + tile::tokens_per_thread < p.tokens ? t + tile::tokens_per_thread : p.tokens;
+    // The incoming taps (rows ascending): found once for the run, then a cursor.
+    std::int64_t in = 0;
+    if (p.incoming_count > 0) {
+      std::int64_t hi = p.incoming_count;
+      while (in < hi) {
+        const std::int64_t mid = (in + hi) / 2;
+        if (p.incoming_rows[mid] < t)
+          in = mid + 1;
+        else
+          hi = mid;
+      }
+    }
+    int s = detail::conv1d_find_segment(p.seg, t);
+    while (t < end) {
+      if (s < 0) { // outside every segment: zero gradient
+        const float zero[Vec] = {};
+        detail::conv1d_store<Vec>(p.dx, t, p.channels, c, zero);
+        ++t;
+        s = detail::conv1d_find_segment(p.seg, t);
         continue;
       }
       const std::int64_t seg_end = p.seg.begin[s + 1];
-      // dx[t] = sum_k w[k] g[t+k] over taps inside the segment.
-      float dx[Vec] = {};
+      const std::int64_t first_position = detail::conv1d_position(p.seg, s) - p.seg.begin[s];
+      const std::int64_t real = detail::conv1d_real_length(p.seg, s);
+      // Sliding windows, so that each token's x and dy are read once and its pre-activation
+      // gradient g computed once: xs[i] = x[t - (W-1) + i] (i < 2W-1; halo or zeros before the
+      // segment, zeros past it), gs[k] = g[t + k] (zero past the segment or on padding).
+      float xs[2 * W - 1][Vec], gs[W][Vec];
       DCPP_UNROLL
-      for (int k = 0; k < W; ++k) {
-        if (t + k >= seg_end)
-          break;
-        float g[Vec];
-        detail::conv1d_grad_pre<W, Vec>(p, s, t + k, c, w, b, g);
-        DCPP_UNROLL
-        for (int v = 0; v < Vec; ++v)
-          dx[v] += w[v][k] * g[v];
-      }
-      if (p.incoming_count > 0) { // the taps into the next chunk, computed by its owner
-        std::int64_t lo = 0, hi = p.incoming_count;
-        while (lo < hi) {
-          const std::int64_t mid = (lo + hi) / 2;
-          if (p.incoming_rows[mid] < t)
-            lo = mid + 1;
-          else
-            hi = mid;
-        }
-        if (lo < p.incoming_count && p.incoming_rows[lo] == t) {
+      for (int i = 0; i < 2 * W - 1; ++i) {
+        const std::int64_t u = t - (W - 1) + i;
+        if (u < seg_end) {
+          detail::conv1d_x_at<W, Vec>(p, s, u, c, xs[i]);
+        } else {
           DCPP_UNROLL
           for (int v = 0; v < Vec; ++v)
-            dx[v] += p.incoming[lo * p.channels + c + v];
+            xs[i][v] = 0.0f;
         }
       }
-      DCPP_UNROLL
-      for (int v = 0; v < Vec; ++v)
-        p.dx[t * p.channels + c + v] = from_float<T>(dx[v]);
-      // dw[k] += g[t] x[t-k], db += g[t].
-      float g[Vec];
-      detail::conv1d_grad_pre<W, Vec>(p, s, t, c, w, b, g);
-      DCPP_UNROLL
-      for (int k = 0; k < W; ++k) {
-        float xv[Vec];
-        detail::conv1d_x_at<W, Vec>(p, s, t - k, c, xv);
+      // g at row u from the window entries x[u - j] = xs[base - j]
+      const auto grad = [&](std::int64_t u, int base, float(&g)[Vec]) {
+        if (u >= seg_end || first_position + u >= real) {
+          DCPP_UNROLL
+          for (int v = 0; v < Vec; ++v)
+            g[v] = 0.0f;
+          return;
+        }
+        detail::conv1d_load<Vec>(p.dy, u, p.channels, c, g);
+        if (!p.silu)
+          return;
         DCPP_UNROLL
-        for (int v = 0; v < Vec; ++v)
-          dw[v][k] += g[v] * xv[v];
-      }
+        for (int v = 0; v < Vec; ++v) {
+          float pre = b[v];
+          DCPP_UNROLL
+          for (int j = 0; j < W; ++j)
+            pre += w[v][j] * xs[base - j][v];
+          const float sig = detail::conv1d_sigmoid(pre);
+          g[v] *= sig * (1.0f + pre * (1.0f - sig));
+        }
+      };
       DCPP_UNROLL
-      for (int v = 0; v < Vec; ++v)
-        db[v] += g[v];
+      for (int k = 0; k < W; ++k)
+        grad(t + k, W - 1 + k, gs[k]);
+      for (; t < end && t < seg_end; ++t) {
+        // dx[t] = sum_k w[k] g[t + k] over the taps inside the segment (gs is zero past it)
+        float dx[Vec] = {};
+        DCPP_UNROLL
+        for (int k = 0; k < W; ++k)
+          DCPP_UNROLL
+        for (int v = 0; v < Vec; ++v)
+          dx[v] += w[v][k] * gs[k][v];
+        // the taps into the next chunk, computed by its owner
+        while (in < p.incoming_count && p.incoming_rows[in] < t)
+          ++in;
+        if (in < p.incoming_count && p.incoming_rows[in] == t) {
+          DCPP_UNROLL
+          for (int v = 0; v < Vec; ++v)
+            dx[v] += p.incoming[in * p.channels + c + v];
+        }
+        detail::conv1d_store<Vec>(p.dx, t, p.channels, c, dx);
+        // dw[k] += g[t] x[t - k], db += g[t]
+        DCPP_UNROLL
+        for (int v = 0; v < Vec; ++v) {
+          DCPP_UNROLL
+          for (int k = 0; k < W; ++k)
+            dw[v][k] += gs[0][v] * xs[W - 1 - k][v];
+          db[v] += gs[0][v];
+        }
+        // slide to t + 1: x[t + W] enters the x window, g[t + W] the g window
+        DCPP_UNROLL
+        for (int i = 0; i < 2 * W - 2; ++i)
+          DCPP_UNROLL
+        for (int v = 0; v < Vec; ++v)
+          xs[i][v] = xs[i + 1][v];
+        if (t + W < seg_end) {
+          detail::conv1d_load<Vec>(p.x, t + W, p.channels, c, xs[2 * W - 2]);
+        } else {
+          DCPP_UNROLL
+          for (int v = 0; v < Vec; ++v)
+            xs[2 * W - 2][v] = 0.0f;
+        }
+        DCPP_UNROLL
+        for (int k = 0; k < W - 1; ++k)
+          DCPP_UNROLL
+        for (int v = 0; v < Vec; ++v)
+          gs[k][v] = gs[k + 1][v];
+        grad(t + W, 2 * W - 2, gs[W - 1]);
+      }
+      s = t < p.tokens ? detail::conv1d_find_segment(p.seg, t) : -1;
     }
   }
   // Block reduction of dw/db over the 4 token groups, in a fixed order (deterministic).
