@@ -238,6 +238,30 @@ attention_query_range(ring_step_kind kind, const attention_sequence& q, int k0, 
     lo = k0;
 }
 
+//! What a block over query rows (forward, dQ) works out before its loop: the row strides of Q
+//! and O ([tokens, heads, DQK / DV]) and of K and V ([tokens, kv_heads, DQK / DV]), the first
+//! K and V row of the sequence for KV head `hk`, and the visible key range [k_lo, k_hi) in tiles
+//! of `bn` keys.
+template <int DQK, int DV, class T>
+struct attention_query_block {
+  std::int64_t q_stride, o_stride, k_stride, v_stride;
+  const T* k_base;
+  const T* v_base;
+  int k_lo, k_hi, n_tiles;
+  DCPP_HOST_DEVICE DCPP_FORCE_INLINE attention_query_block(const attention_params<T>& p,
+                                                           const attention_sequence& sq, int hk,
+                                                           int row1, int bn)
+      : q_stride(static_cast<std::int64_t>(p.heads) * DQK),
+        o_stride(static_cast<std::int64_t>(p.heads) * DV),
+        k_stride(static_cast<std::int64_t>(p.kv_heads) * DQK),
+        v_stride(static_cast<std::int64_t>(p.kv_heads) * DV),
+        k_base(p.k + static_cast<std::int64_t>(sq.base) * k_stride + hk * DQK),
+        v_base(p.v + static_cast<std::int64_t>(sq.base) * v_stride + hk * DV) {
+    attention_key_range(p.kind, sq, row1 - sq.base, k_lo, k_hi);
+    n_tiles = k_hi > k_lo ? (k_hi - k_lo + bn - 1) / bn : 0;
+  }
+};
+
 //! Copies `rows` rows of D elements (global row stride `stride` elements) into shared `dst`
 //! [CAP x LD] with 16-byte cp.async; rows from `rows` to CAP become zero (cp.async's zero fill),
 //! so masked keys multiply zeros, never poison. Every thread of the block issues its share; the
@@ -274,6 +298,20 @@ template <class Ctx>
 DCPP_HOST_DEVICE DCPP_FORCE_INLINE float attention_quad_sum(Ctx& ctx, float x) {
   x += ctx.shuffle_xor(x, 1);
   return x + ctx.shuffle_xor(x, 2);
+}
+
+//! One ldmatrix.x4 of B (two n-tiles: registers 0-1 and 2-3) against the A fragments of MW
+//! 16-row slices: acc[mw * stride] and acc[mw * stride + 1] += A_mw B.
+template <int MW, class T, class Ctx>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void
+attention_mma_slices(Ctx& ctx, const simt::mma_a_fragment (&af)[MW],
+                     const simt::ldmatrix_fragment<4>& fb, simt::mma_accumulator* acc, int stride) {
+  DCPP_UNROLL
+  for (int mw = 0; mw < MW; ++mw) {
+    simt::mma_accumulator* c = acc + mw * stride;
+    c[0] = ctx.template mma_m16n8k16<T>(af[mw], {{fb.x[0], fb.x[1]}}, c[0]);
+    c[1] = ctx.template mma_m16n8k16<T>(af[mw], {{fb.x[2], fb.x[3]}}, c[1]);
+  }
 }
 
 //! acc[mw * NT + nt] (16 x 8 each) += A B^T over K columns: A is MW * 16 rows of `a` (stride
@@ -322,12 +360,7 @@ attention_gemm_abt(Ctx& ctx, simt::mma_accumulator* acc, const T* a, int lda, co
       DCPP_UNROLL
       for (int np = 0; np < NT / 2; ++np) {
         const auto fb = ctx.template ldmatrix<4, false>(b_row + np * 16 * ldb + kk * 16);
-        DCPP_UNROLL
-        for (int mw = 0; mw < MW; ++mw) {
-          simt::mma_accumulator* c = acc + mw * NT + 2 * np;
-          c[0] = ctx.template mma_m16n8k16<T>(af[mw], {{fb.x[0], fb.x[1]}}, c[0]);
-          c[1] = ctx.template mma_m16n8k16<T>(af[mw], {{fb.x[2], fb.x[3]}}, c[1]);
-        }
+        attention_mma_slices<MW, T>(ctx, af, fb, acc + 2 * np, NT);
       }
     }
   }
@@ -393,12 +426,7 @@ attention_gemm_pb(Ctx& ctx, simt::mma_accumulator* acc, const simt::mma_accumula
       DCPP_UNROLL
       for (int dp = 0; dp < DT / 2; ++dp) {
         const auto fb = ctx.template ldmatrix<4, true>(b_row + kk * 16 * ldb + dp * 16);
-        DCPP_UNROLL
-        for (int mw = 0; mw < MW; ++mw) {
-          simt::mma_accumulator* c = acc + mw * DT + 2 * dp;
-          c[0] = ctx.template mma_m16n8k16<T>(af[mw], {{fb.x[0], fb.x[1]}}, c[0]);
-          c[1] = ctx.template mma_m16n8k16<T>(af[mw], {{fb.x[2], fb.x[3]}}, c[1]);
-        }
+        attention_mma_slices<MW, T>(ctx, af, fb, acc + 2 * dp, DT);
       }
     }
   }
@@ -466,16 +494,11 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
   T* vs = ctx.template shared_array<T>(BN * LDV);
   T* staging = ctx.template shared_array<T>(cfg::staging);
   const unsigned lane = simt::lane_of(ctx), warp = simt::warp_of(ctx);
-  const std::int64_t q_stride = static_cast<std::int64_t>(p.heads) * DQK;
-  const std::int64_t o_stride = static_cast<std::int64_t>(p.heads) * DV;
-  const std::int64_t k_stride = static_cast<std::int64_t>(p.kv_heads) * DQK;
-  const std::int64_t v_stride = static_cast<std::int64_t>(p.kv_heads) * DV;
-  const T* k_base = p.k + static_cast<std::int64_t>(sq.base) * k_stride + hk * DQK;
-  const T* v_base = p.v + static_cast<std::int64_t>(sq.base) * v_stride + hk * DV;
-
-  int k_lo, k_hi;
-  detail::attention_key_range(p.kind, sq, row1 - sq.base, k_lo, k_hi);
-  const int n_tiles = k_hi > k_lo ? (k_hi - k_lo + BN - 1) / BN : 0;
+  const detail::attention_query_block<DQK, DV, T> qb(p, sq, hk, row1, BN);
+  const std::int64_t q_stride = qb.q_stride, o_stride = qb.o_stride;
+  const std::int64_t k_stride = qb.k_stride, v_stride = qb.v_stride;
+  const T *k_base = qb.k_base, *v_base = qb.v_base;
+  const int k_lo = qb.k_lo, k_hi = qb.k_hi, n_tiles = qb.n_tiles;
   detail::attention_copy<DQK, LDQ, BM, TH>(ctx, qs, p.q + row0 * q_stride + h * DQK, q_stride,
                                            row1 - row0);
   if (n_tiles > 0)
@@ -762,16 +785,11 @@ DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) 
   T* vs = ctx.template shared_array<T>(BN * LDV);
   T* staging = ctx.template shared_array<T>(cfg::staging);
   const unsigned lane = simt::lane_of(ctx), warp = simt::warp_of(ctx);
-  const std::int64_t q_stride = static_cast<std::int64_t>(p.heads) * DQK;
-  const std::int64_t o_stride = static_cast<std::int64_t>(p.heads) * DV;
-  const std::int64_t k_stride = static_cast<std::int64_t>(p.kv_heads) * DQK;
-  const std::int64_t v_stride = static_cast<std::int64_t>(p.kv_heads) * DV;
-  const T* k_base = p.k + static_cast<std::int64_t>(sq.base) * k_stride + hk * DQK;
-  const T* v_base = p.v + static_cast<std::int64_t>(sq.base) * v_stride + hk * DV;
-
-  int k_lo, k_hi;
-  detail::attention_key_range(p.kind, sq, row1 - sq.base, k_lo, k_hi);
-  const int n_tiles = k_hi > k_lo ? (k_hi - k_lo + BN - 1) / BN : 0;
+  const detail::attention_query_block<DQK, DV, T> qb(p, sq, hk, row1, BN);
+  const std::int64_t q_stride = qb.q_stride, o_stride = qb.o_stride;
+  const std::int64_t k_stride = qb.k_stride, v_stride = qb.v_stride;
+  const T *k_base = qb.k_base, *v_base = qb.v_base;
+  const int k_lo = qb.k_lo, k_hi = qb.k_hi, n_tiles = qb.n_tiles;
   detail::attention_copy<DQK, LDQ, BM, TH>(ctx, qs, p.q + row0 * q_stride + h * DQK, q_stride,
                                            row1 - row0);
   detail::attention_copy<DV, LDV, BM, TH>(ctx, dos, p.dout + row0 * o_stride + h * DV, o_stride,
