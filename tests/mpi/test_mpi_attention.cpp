@@ -1,5 +1,6 @@
 // Ring attention under mpirun: the K/V ring and the backward's dK/dV ring across processes give
-// fp64 causal attention, for the world as one CP group and for a sub-group.
+// fp64 causal attention, for the world as one CP group (every head shape, GQA) and for a
+// sub-group.
 #include "../support.hpp"
 
 #include <string>
@@ -15,13 +16,15 @@ namespace {
 using namespace dcpp_test::attention;
 
 template <class T>
-void check(dcpp::mpi_communicator& comm, int heads, int kv_heads, int dim, std::uint64_t seed) {
-  const auto b = make_batch<T>(seed, {1, 17, 64, 65, 100, 3, 2}, heads, kv_heads, dim);
+void check(dcpp::mpi_communicator& comm, int heads, int kv_heads, int dim, std::uint64_t seed,
+           int vdim = 0) {
+  const auto b = make_batch<T>(seed, {1, 17, 64, 65, 100, 3, 2}, heads, kv_heads, dim, vdim);
   const auto ref = attend(b);
   const auto e = run_rank<T>(comm, b, ref, seed);
-  INFO(fmt::format("cp {} rank {} heads {}/{} dim {}: o {:.2e} lse {:.2e} dq {:.2e} dk {:.2e} dv "
-                   "{:.2e}",
-                   comm.size(), comm.rank(), heads, kv_heads, dim, e.o, e.lse, e.dq, e.dk, e.dv));
+  INFO(fmt::format("cp {} rank {} heads {}/{} dim {}/{}: o {:.2e} lse {:.2e} dq {:.2e} dk {:.2e} "
+                   "dv {:.2e}",
+                   comm.size(), comm.rank(), heads, kv_heads, dim, b.vdim, e.o, e.lse, e.dq, e.dk,
+                   e.dv));
   check_errors<T>(e);
   // every real row is checked on exactly one rank of the group
   std::vector<double> rows{static_cast<double>(e.rows)};
@@ -36,6 +39,14 @@ TEST_CASE_TEMPLATE("mpi ring attention: the world as one CP group equals fp64 at
   auto world = dcpp::mpi_communicator::world();
   check<T>(world, 4, 4, 64, 61);
   check<T>(world, 4, 2, 64, 62); // GQA
+}
+
+TEST_CASE_TEMPLATE("mpi ring attention: head dims 96, MLA's 192/128 and 256, with GQA", T, float,
+                   dcpp::bfloat16) {
+  auto world = dcpp::mpi_communicator::world();
+  check<T>(world, 4, 2, 96, 64);
+  check<T>(world, 4, 2, 192, 65, 128); // MLA
+  check<T>(world, 2, 1, 256, 66);
 }
 
 TEST_CASE("mpi ring attention: a sub-group of two ranks, head dim 128, MQA") {
