@@ -97,7 +97,7 @@ void bench_attention(double tc_peak, double predicted_forward, double predicted_
   const std::int32_t* d_real = upload(real);
   a.layout = {upload(offset), d_real, d_real, SEQ};
   using cfg = dcpp::kernels::attention_tile<DQK, DV, T>;
-  const auto forward_tiles = tiles(cfg::forward_rows), backward_tiles = tiles(cfg::rows);
+  const auto forward_tiles = tiles(cfg::forward_rows), backward_tiles = tiles(cfg::backward_rows);
   const double pairs = SEQ * (static_cast<double>(L) * (L + 1) / 2); // diagonal step
   const double half_pairs = SEQ * (static_cast<double>(L) * L / 2);  // lower / upper steps
   auto row = [&](const char* what, double flops, float ms, double predicted) {

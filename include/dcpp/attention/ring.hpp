@@ -235,8 +235,8 @@ void host_attention::backward_step(const attention_step<T>& s) const {
     using cfg = kernels::attention_tile<DQK, DV, T>;
     using part = kernels::attention_dkv_part;
     const auto kind = s.params.kind;
-    const auto q_tiles = s.partition->tiles(cfg::rows, query_rows_of(kind));
-    const auto k_tiles = s.partition->tiles(cfg::rows, key_rows_of(kind));
+    const auto q_tiles = s.partition->tiles(cfg::backward_rows, query_rows_of(kind));
+    const auto k_tiles = s.partition->tiles(cfg::backward_rows, key_rows_of(kind));
     auto p = s.params;
     p.tiles = q_tiles.view();
     detail::launch_tiles(

@@ -58,8 +58,9 @@ public:
         first_(part.tiles(64, attention_rows::first_half)),
         second_(part.tiles(64, attention_rows::second_half)),
         wide_all_(part.tiles(128, attention_rows::all)),
+        wide_first_(part.tiles(128, attention_rows::first_half)),
         wide_second_(part.tiles(128, attention_rows::second_half)) {
-    // the backward and the merge take 64-row blocks for every head shape; the forward 64 or 128
+    // the merge takes 64-row blocks for every head shape; the step kernels 64 or 128
     static_assert(kernels::attention_tile<64, 64, T>::rows == 64 &&
                   kernels::attention_tile<128, 128, T>::rows == 64 &&
                   kernels::attention_tile<192, 128, T>::rows == 64 &&
@@ -72,27 +73,26 @@ public:
                                [&](auto dqk, auto dv) {
                                  constexpr int DQK = decltype(dqk)::value;
                                  constexpr int DV = decltype(dv)::value;
-                                 constexpr int rows =
-                                     kernels::attention_tile<DQK, DV, T>::forward_rows;
-                                 static_assert(rows == 64 || rows == 128);
+                                 using cfg = kernels::attention_tile<DQK, DV, T>;
                                  auto p = s.params;
-                                 p.tiles = rows == 64 ? tiles(query_rows_of(p.kind))
-                                                      : wide_tiles(query_rows_of(p.kind));
+                                 p.tiles = tiles<cfg::forward_rows>(query_rows_of(p.kind));
                                  return kernels::attention_forward<DQK, DV, T>(p, stream_);
                                }),
         "attention_forward");
   }
   void backward_step(const attention_step<T>& s) const {
-    auto p = s.params;
-    p.tiles = tiles(key_rows_of(p.kind));
-    const auto q_tiles = tiles(query_rows_of(p.kind));
     detail::attention_cuda_check(
-        detail::with_head_dims(
-            s.shape,
-            [&](auto dqk, auto dv) {
-              return kernels::attention_backward<decltype(dqk)::value, decltype(dv)::value, T>(
-                  p, q_tiles, stream_);
-            }),
+        detail::with_head_dims(s.shape,
+                               [&](auto dqk, auto dv) {
+                                 constexpr int DQK = decltype(dqk)::value;
+                                 constexpr int DV = decltype(dv)::value;
+                                 constexpr int rows =
+                                     kernels::attention_tile<DQK, DV, T>::backward_rows;
+                                 auto p = s.params;
+                                 p.tiles = tiles<rows>(key_rows_of(p.kind));
+                                 return kernels::attention_backward<DQK, DV, T>(
+                                     p, tiles<rows>(query_rows_of(p.kind)), stream_);
+                               }),
         "attention_backward");
   }
   //! The work list of the rows a merge covers.
@@ -102,20 +102,19 @@ public:
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
 
 private:
+  //! The work list of `rows` (all, first or second halves) in blocks of 64 or 128 rows.
+  template <int Block = 64>
   [[nodiscard]] kernels::attention_tiles tiles(attention_rows rows) const {
-    return (rows == attention_rows::all          ? all_
-            : rows == attention_rows::first_half ? first_
-                                                 : second_)
+    static_assert(Block == 64 || Block == 128);
+    const bool wide = Block == 128;
+    return (rows == attention_rows::all          ? (wide ? wide_all_ : all_)
+            : rows == attention_rows::first_half ? (wide ? wide_first_ : first_)
+                                                 : (wide ? wide_second_ : second_))
         .view();
   }
 
-  //! 128-row work lists of the forward (query rows: all or the second halves).
-  [[nodiscard]] kernels::attention_tiles wide_tiles(attention_rows rows) const {
-    return (rows == attention_rows::all ? wide_all_ : wide_second_).view();
-  }
-
   cudaStream_t stream_;
-  detail::device_tiles all_, first_, second_, wide_all_, wide_second_;
+  detail::device_tiles all_, first_, second_, wide_all_, wide_first_, wide_second_;
 };
 
 //! Ring attention of one rank of a CP group on the device. `comm` is the group's device-memory

@@ -105,13 +105,10 @@ struct attention_tile {
                 "head dims (Q/K, V): 64, 96, 128, 192, 256 each, or (192, 128)");
   static constexpr int warps = 4;
   static constexpr int threads = warps * simt::warp_size;
-  static constexpr int rows = 16 * warps; //!< rows per block (queries, or keys in dK/dV)
+  static constexpr int rows = 16 * warps; //!< rows per block of one-slice warps (and of the merge)
   //! rows per inner step; fp32 (no tensor cores, P staged in shared memory) takes 16 so that its
   //! doubled tile bytes fit (dK/dV at head dim 256: 205 KB, within sm_90's 227 KB, not sm_80's)
   static constexpr int inner = sizeof(T) == 4 ? 16 : (DQK > 128 || DV > 128) ? 32 : 64;
-  //! queries per inner step of dK/dV, whose two accumulators leave less room: 32 from head dim
-  //! 128 on (at 64 the S^T and dP^T fragments spilled 20 bytes at 128/128 on sm_90)
-  static constexpr int dkv_inner = DQK + DV >= 256 && inner > 32 ? 32 : inner;
   //! The forward's warps own two 16-row slices (32 rows, 128 per block) where the registers
   //! allow it, as FlashAttention-2 does: each K or V fragment from shared memory then feeds two
   //! mma.sync, halving the shared-memory traffic per instruction (docs/kernels.md). 16-bit
@@ -126,13 +123,26 @@ struct attention_tile {
   static constexpr int forward_inner = DV >= 256 && inner > 16                        ? 16
                                        : forward_slices == 2 && (DQK > 64 || DV > 64) ? 32
                                                                                       : inner;
-  //! keys per inner step of dQ: 16 at head dim 256 (32 spilled 8 bytes on sm_80)
-  static constexpr int dq_inner = DQK >= 256 && inner > 16 ? 16 : inner;
+  //! The backward's warps own two 16-row slices too where the forward's do (dQ: 32 query rows,
+  //! dK/dV: 32 key rows per warp, 128 per block): every K/V fragment of dQ and every Q/dO
+  //! fragment of dK/dV then feeds two mma.sync (docs/kernels.md, the backward's model).
+  static constexpr int backward_slices = forward_slices;
+  static constexpr int backward_rows = 16 * backward_slices * warps;
+  //! keys per inner step of dQ: 32 with two slices per warp (S and dP of 32 keys for 32 rows are
+  //! 64 registers per lane beside dQ's 4 DQK / 4); 16 at head dim 256 (32 spilled 8 bytes on
+  //! sm_80)
+  static constexpr int dq_inner = backward_slices == 2 ? 32 : DQK >= 256 && inner > 16 ? 16 : inner;
+  //! queries per inner step of dK/dV, whose two accumulators leave less room: 32 from head dim
+  //! 128 on (at 64 the S^T and dP^T fragments spilled 20 bytes at 128/128 on sm_90)
+  static constexpr int dkv_inner =
+      (DQK + DV >= 256 || backward_slices == 2) && inner > 32 ? 32 : inner;
   static constexpr int pad = 16 / static_cast<int>(sizeof(T));
   static constexpr int ldq = DQK + pad; //!< row stride of the Q/K tiles
   static constexpr int ldv = DV + pad;  //!< row stride of the V/dO tiles
   static constexpr int pld = inner + pad;
-  static constexpr bool split_dkv = DQK + DV > 256; //!< dV and dK in two kernels
+  //! dV and dK in two kernels: when their accumulators for the warp's rows would not fit in
+  //! registers together (4 (DQK + DV) MW / 4 fp32 per lane above 128 + the S^T and dP^T tiles).
+  static constexpr bool split_dkv = DQK + DV > (backward_slices == 2 ? 128 : 256);
   //! fp32 inputs have no tensor-core path: P (and dS) go through a per-warp shared tile.
   static constexpr int staging = std::is_same_v<T, float> ? warps * 16 * pld : 0;
   //! Dynamic shared memory of each kernel, in bytes. Forward: Q, one K and one V tile (the K
@@ -141,10 +151,12 @@ struct attention_tile {
   static constexpr std::size_t forward_shared =
       (forward_rows * ldq + forward_inner * ldq + forward_inner * ldv + staging) * sizeof(T);
   static constexpr std::size_t dq_shared =
-      (rows * ldq + rows * ldv + 2 * dq_inner * ldq + dq_inner * ldv + staging) * sizeof(T);
-  static constexpr std::size_t dkv_shared =
-      (rows * ldq + rows * ldv + 2 * dkv_inner * ldq + 2 * dkv_inner * ldv + staging) * sizeof(T) +
-      4 * dkv_inner * sizeof(float);
+      (backward_rows * ldq + backward_rows * ldv + 2 * dq_inner * ldq + dq_inner * ldv + staging) *
+      sizeof(T);
+  static constexpr std::size_t dkv_shared = (backward_rows * ldq + backward_rows * ldv +
+                                             2 * dkv_inner * ldq + 2 * dkv_inner * ldv + staging) *
+                                                sizeof(T) +
+                                            4 * dkv_inner * sizeof(float);
 };
 
 namespace detail {
@@ -773,7 +785,8 @@ attention_row_stats(const attention_params<T>& p, const attention_sequence& sq, 
 template <int DQK, int DV, class T, class Ctx>
 DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) {
   using cfg = attention_tile<DQK, DV, T>;
-  constexpr int BM = cfg::rows, BN = cfg::dq_inner, NT = BN / 8, DT = DQK / 8;
+  constexpr int MW = cfg::backward_slices, WR = 16 * MW; // 16-row slices and rows per warp
+  constexpr int BM = cfg::backward_rows, BN = cfg::dq_inner, NT = BN / 8, DT = DQK / 8;
   constexpr int LDQ = cfg::ldq, LDV = cfg::ldv, TH = cfg::threads;
   const int tile = static_cast<int>(ctx.block_index().x), h = static_cast<int>(ctx.block_index().y);
   const int hk = h / (p.heads / p.kv_heads);
@@ -802,16 +815,18 @@ DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) 
   }
   ctx.cp_async_commit();
 
-  const int warp_row = row0 - sq.base + static_cast<int>(warp) * 16;
+  const int warp_row = row0 - sq.base + static_cast<int>(warp) * WR;
   const int g = static_cast<int>(lane / 4);
-  float lse2[2], dsum[2];
+  // per fragment row (slice mw, half r at index 2 mw + r): final LSE (log2 units) and D
+  float lse2[2 * MW], dsum[2 * MW];
   DCPP_UNROLL
-  for (int r = 0; r < 2; ++r)
-    detail::attention_row_stats(p, sq, warp_row + g + 8 * r, row1, h, lse2[r], dsum[r]);
+  for (int r = 0; r < 2 * MW; ++r)
+    detail::attention_row_stats(p, sq, warp_row + 16 * (r >> 1) + g + 8 * (r & 1), row1, h, lse2[r],
+                                dsum[r]);
   const float scale2 = p.scale * detail::attention_log2e;
-  simt::mma_accumulator acc[DT];
+  simt::mma_accumulator acc[MW * DT];
   DCPP_UNROLL
-  for (int dt = 0; dt < DT; ++dt)
+  for (int dt = 0; dt < MW * DT; ++dt)
     acc[dt] = {};
   T* warp_staging = staging + warp * 16 * cfg::pld;
 
@@ -820,28 +835,34 @@ DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) 
     const T* kt = ks + (t % 2) * BN * LDQ;
     ctx.template cp_async_wait<0>();
     ctx.sync_block(); // K_t and V_t are in; every warp is done with K_{t-1}
-    const bool warp_active = p.kind != ring_step_kind::diagonal || kb <= warp_row + 15;
-    simt::mma_accumulator sc[NT], dp[NT];
+    // causal: a warp whose rows all precede the tile's keys skips it; the barriers stay shared
+    const bool warp_active = p.kind != ring_step_kind::diagonal || kb <= warp_row + WR - 1;
+    simt::mma_accumulator sc[MW * NT], dp[MW * NT];
     if (warp_active) {
       DCPP_UNROLL
-      for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < MW * NT; ++nt)
         sc[nt] = {}, dp[nt] = {};
-      detail::attention_gemm_abt<DQK, NT>(ctx, sc, qs + warp * 16 * LDQ, LDQ, kt, LDQ);
-      detail::attention_gemm_abt<DV, NT>(ctx, dp, dos + warp * 16 * LDV, LDV, vs, LDV);
+      detail::attention_gemm_abt<DQK, NT, MW>(ctx, sc, qs + warp * WR * LDQ, LDQ, kt, LDQ);
+      detail::attention_gemm_abt<DV, NT, MW>(ctx, dp, dos + warp * WR * LDV, LDV, vs, LDV);
       const bool masked = kb + BN > k_hi || sq.keys_padded(kb, kb + BN) ||
                           (p.kind == ring_step_kind::diagonal && kb + BN - 1 > warp_row);
       DCPP_UNROLL
-      for (int nt = 0; nt < NT; ++nt) {
+      for (int mw = 0; mw < MW; ++mw) {
         DCPP_UNROLL
-        for (int e = 0; e < 4; ++e) {
-          float pv = detail::attention_exp2(sc[nt].x[e] * scale2 - lse2[e >> 1]);
-          if (masked) {
-            const simt::mma_coord c = simt::mma_c_coord(lane, e);
-            const int i = warp_row + c.row, j = kb + nt * 8 + c.col;
-            if (!(j < k_hi && sq.key_real(j) && (p.kind != ring_step_kind::diagonal || j <= i)))
-              pv = 0.0f;
+        for (int nt = 0; nt < NT; ++nt) {
+          DCPP_UNROLL
+          for (int e = 0; e < 4; ++e) {
+            const int r = 2 * mw + (e >> 1);
+            simt::mma_accumulator& x = sc[mw * NT + nt];
+            float pv = detail::attention_exp2(x.x[e] * scale2 - lse2[r]);
+            if (masked) {
+              const simt::mma_coord c = simt::mma_c_coord(lane, e);
+              const int i = warp_row + mw * 16 + c.row, j = kb + nt * 8 + c.col;
+              if (!(j < k_hi && sq.key_real(j) && (p.kind != ring_step_kind::diagonal || j <= i)))
+                pv = 0.0f;
+            }
+            x.x[e] = pv * (dp[mw * NT + nt].x[e] - dsum[r]); // dS
           }
-          sc[nt].x[e] = pv * (dp[nt].x[e] - dsum[e >> 1]); // dS
         }
       }
     }
@@ -854,20 +875,22 @@ DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) 
       ctx.cp_async_commit();
     }
     if (warp_active)
-      detail::attention_gemm_pb<BN, DT>(ctx, acc, sc, kt, LDQ, warp_staging, cfg::pld);
+      detail::attention_gemm_pb<BN, DT, MW>(ctx, acc, sc, kt, LDQ, warp_staging, cfg::pld);
   }
   ctx.template cp_async_wait<0>(); // no copy outlives the block
 
   DCPP_UNROLL
-  for (int r = 0; r < 2; ++r) {
-    const int row = sq.base + warp_row + g + 8 * r;
+  for (int r = 0; r < 2 * MW; ++r) {
+    const int row = sq.base + warp_row + 16 * (r >> 1) + g + 8 * (r & 1);
     if (row >= row1)
       continue;
     float* dq = p.dq + row * q_stride + h * DQK + 2 * static_cast<int>(lane % 4);
     DCPP_UNROLL
-    for (int dt = 0; dt < DT; ++dt)
-      detail::attention_add2(dq + dt * 8, acc[dt].x[2 * r] * p.scale,
-                             acc[dt].x[2 * r + 1] * p.scale);
+    for (int dt = 0; dt < DT; ++dt) {
+      const simt::mma_accumulator& a = acc[(r >> 1) * DT + dt];
+      detail::attention_add2(dq + dt * 8, a.x[2 * (r & 1)] * p.scale,
+                             a.x[2 * (r & 1) + 1] * p.scale);
+    }
   }
 }
 
@@ -884,14 +907,31 @@ enum class attention_dkv_part : int { both = 0, dv = 1, dk = 2 };
 template <int DQK, int DV, class T, attention_dkv_part Part = attention_dkv_part::both, class Ctx>
 DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p) {
   using cfg = attention_tile<DQK, DV, T>;
-  constexpr int BN = cfg::rows, BM = cfg::dkv_inner, MT = BM / 8, DTQ = DQK / 8, DTV = DV / 8;
+  constexpr int MW = cfg::backward_slices, WR = 16 * MW; // 16-row slices and key rows per warp
+  constexpr int BN = cfg::backward_rows, BM = cfg::dkv_inner, MT = BM / 8, DTQ = DQK / 8,
+                DTV = DV / 8;
   constexpr int LDQ = cfg::ldq, LDV = cfg::ldv, TH = cfg::threads;
   constexpr bool want_dv = Part != attention_dkv_part::dk, want_dk = Part != attention_dkv_part::dv;
   const int tile = static_cast<int>(ctx.block_index().x),
             hk = static_cast<int>(ctx.block_index().y);
   const int group = p.heads / p.kv_heads;
-  const int s = p.tiles.seq[tile], key0 = p.tiles.begin[tile], key1 = p.tiles.end[tile];
-  const detail::attention_sequence sq = detail::attention_sequence_of(p.layout, s);
+  // The block's keys and sequence and the queries that see them, read again (L1 hits) where the
+  // copies, the masks and the epilogue need them rather than kept live across the main loop,
+  // where 32-row warps need every register (kept, they spilled 24-40 bytes at head dim 128).
+  struct facts {
+    detail::attention_block blk;
+    int q_lo, q_hi, per_head;
+  };
+  const auto block_facts = [&p, tile] {
+    facts f{{p.tiles.begin[tile], p.tiles.end[tile],
+             detail::attention_sequence_of(p.layout, p.tiles.seq[tile])},
+            0,
+            0,
+            0};
+    detail::attention_query_range(p.kind, f.blk.seq, f.blk.row0 - f.blk.seq.base, f.q_lo, f.q_hi);
+    f.per_head = f.q_hi > f.q_lo ? (f.q_hi - f.q_lo + BM - 1) / BM : 0;
+    return f;
+  };
   T* ks = ctx.template shared_array<T>(BN * LDQ);
   T* vs = ctx.template shared_array<T>(BN * LDV);
   T* qs = ctx.template shared_array<T>(2 * BM * LDQ);
@@ -900,52 +940,56 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
   float* lse_s = ctx.template shared_array<float>(2 * BM);
   float* dsum_s = ctx.template shared_array<float>(2 * BM);
   const unsigned lane = simt::lane_of(ctx), warp = simt::warp_of(ctx);
-  const std::int64_t q_stride = static_cast<std::int64_t>(p.heads) * DQK;
-  const std::int64_t o_stride = static_cast<std::int64_t>(p.heads) * DV;
-  const std::int64_t k_stride = static_cast<std::int64_t>(p.kv_heads) * DQK;
-  const std::int64_t v_stride = static_cast<std::int64_t>(p.kv_heads) * DV;
-  const int thread = static_cast<int>(simt::thread_rank(ctx));
+  // row strides in elements ([tokens, heads, D]; < 2^31 for any real model), from the kernel
+  // parameters wherever they are used rather than kept in registers
+  const auto q_stride = [&p] { return p.heads * DQK; };
+  const auto o_stride = [&p] { return p.heads * DV; };
+  const int k_stride = p.kv_heads * DQK, v_stride = p.kv_heads * DV;
 
-  detail::attention_copy<DQK, LDQ, BN, TH>(ctx, ks, p.k + key0 * k_stride + hk * DQK, k_stride,
-                                           key1 - key0);
-  if constexpr (want_dk) // V feeds dP^T, which only dK needs
-    detail::attention_copy<DV, LDV, BN, TH>(ctx, vs, p.v + key0 * v_stride + hk * DV, v_stride,
-                                            key1 - key0);
-  int q_lo, q_hi;
-  detail::attention_query_range(p.kind, sq, key0 - sq.base, q_lo, q_hi);
-  const int per_head = q_hi > q_lo ? (q_hi - q_lo + BM - 1) / BM : 0;
-  const int n_tiles = per_head * group;
+  int n_tiles;
+  {
+    const facts f = block_facts();
+    const int key0 = f.blk.row0, key1 = f.blk.row1;
+    detail::attention_copy<DQK, LDQ, BN, TH>(
+        ctx, ks, p.k + static_cast<std::int64_t>(key0) * k_stride + hk * DQK, k_stride,
+        key1 - key0);
+    if constexpr (want_dk) // V feeds dP^T, which only dK needs
+      detail::attention_copy<DV, LDV, BN, TH>(
+          ctx, vs, p.v + static_cast<std::int64_t>(key0) * v_stride + hk * DV, v_stride,
+          key1 - key0);
+    n_tiles = f.per_head * group;
+  }
   // Query tile t: head hk * group + t / per_head, rows from q_lo + (t % per_head) * BM.
   auto issue = [&](int t, int stage) {
-    const int h = hk * group + t / per_head, qb = q_lo + (t % per_head) * BM;
-    const int nq = detail::attention_min(BM, q_hi - qb);
+    const facts f = block_facts();
+    const detail::attention_sequence& sq = f.blk.seq;
+    const int h = hk * group + t / f.per_head, qb = f.q_lo + (t % f.per_head) * BM;
+    const int nq = detail::attention_min(BM, f.q_hi - qb);
     const std::int64_t first = sq.base + qb;
     detail::attention_copy<DQK, LDQ, BM, TH>(ctx, qs + stage * BM * LDQ,
-                                             p.q + first * q_stride + h * DQK, q_stride, nq);
+                                             p.q + first * q_stride() + h * DQK, q_stride(), nq);
     detail::attention_copy<DV, LDV, BM, TH>(ctx, dos + stage * BM * LDV,
-                                            p.dout + first * o_stride + h * DV, o_stride, nq);
-    for (int r = thread; r < BM; r += TH)
-      detail::attention_row_stats(p, sq, qb + r, sq.base + q_hi, h, lse_s[stage * BM + r],
+                                            p.dout + first * o_stride() + h * DV, o_stride(), nq);
+    for (int r = static_cast<int>(simt::thread_rank(ctx)); r < BM; r += TH)
+      detail::attention_row_stats(p, sq, qb + r, sq.base + f.q_hi, h, lse_s[stage * BM + r],
                                   dsum_s[stage * BM + r]);
   };
   if (n_tiles > 0)
     issue(0, 0);
   ctx.cp_async_commit();
 
-  const int warp_key = key0 - sq.base + static_cast<int>(warp) * 16; // local key of row 0
-  const bool warp_keys_padded = sq.keys_padded(warp_key, warp_key + 16);
   const float scale2 = p.scale * detail::attention_log2e;
-  simt::mma_accumulator dk[want_dk ? DTQ : 1], dv[want_dv ? DTV : 1];
+  simt::mma_accumulator dk[want_dk ? MW * DTQ : 1], dv[want_dv ? MW * DTV : 1];
   DCPP_UNROLL
-  for (int dt = 0; dt < (want_dk ? DTQ : 1); ++dt)
+  for (int dt = 0; dt < (want_dk ? MW * DTQ : 1); ++dt)
     dk[dt] = {};
   DCPP_UNROLL
-  for (int dt = 0; dt < (want_dv ? DTV : 1); ++dt)
+  for (int dt = 0; dt < (want_dv ? MW * DTV : 1); ++dt)
     dv[dt] = {};
   T* warp_staging = staging + warp * 16 * cfg::pld;
 
   for (int t = 0; t < n_tiles; ++t) {
-    const int stage = t % 2, qb = q_lo + (t % per_head) * BM;
+    const int stage = t % 2;
     ctx.template cp_async_wait<0>();
     ctx.sync_block(); // tile t is in; every warp is done with tile t-1's buffers
     if (t + 1 < n_tiles) {
@@ -956,69 +1000,83 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
     const T* dot = dos + stage * BM * LDV;
     const float* lse2 = lse_s + stage * BM;
     const float* dsum = dsum_s + stage * BM;
+    const facts f = block_facts();
+    const detail::attention_sequence& sq = f.blk.seq;
+    const int qb = f.q_lo + (t % f.per_head) * BM;
+    const int warp_key = f.blk.row0 - sq.base + static_cast<int>(warp) * WR; // local key of row 0
     // causal: a warp whose keys all follow the tile's queries sees none of them
     if (p.kind == ring_step_kind::diagonal && qb + BM - 1 < warp_key)
       continue;
-    simt::mma_accumulator st[MT];
+    simt::mma_accumulator st[MW * MT];
     DCPP_UNROLL
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MW * MT; ++mt)
       st[mt] = {};
-    detail::attention_gemm_abt<DQK, MT>(ctx, st, ks + warp * 16 * LDQ, LDQ, qt, LDQ);
-    const bool masked =
-        warp_keys_padded || (p.kind == ring_step_kind::diagonal && qb < warp_key + 15);
+    detail::attention_gemm_abt<DQK, MT, MW>(ctx, st, ks + warp * WR * LDQ, LDQ, qt, LDQ);
+    const bool masked = sq.keys_padded(warp_key, warp_key + WR) ||
+                        (p.kind == ring_step_kind::diagonal && qb < warp_key + WR - 1);
     DCPP_UNROLL
-    for (int mt = 0; mt < MT; ++mt) {
-      DCPP_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const simt::mma_coord c = simt::mma_c_coord(lane, e);
-        const int qi = mt * 8 + c.col;
-        float pv = detail::attention_exp2(st[mt].x[e] * scale2 - lse2[qi]);
-        if (masked) {
-          const int j = warp_key + c.row, i = qb + qi;
-          if (!(sq.key_real(j) && (p.kind != ring_step_kind::diagonal || j <= i)))
-            pv = 0.0f;
-        }
-        st[mt].x[e] = pv; // P^T
-      }
-    }
-    if constexpr (want_dv)
-      detail::attention_gemm_pb<BM, DTV>(ctx, dv, st, dot, LDV, warp_staging, cfg::pld);
-    if constexpr (want_dk) {
-      simt::mma_accumulator dpt[MT];
-      DCPP_UNROLL
-      for (int mt = 0; mt < MT; ++mt)
-        dpt[mt] = {};
-      detail::attention_gemm_abt<DV, MT>(ctx, dpt, vs + warp * 16 * LDV, LDV, dot, LDV);
+    for (int mw = 0; mw < MW; ++mw) {
       DCPP_UNROLL
       for (int mt = 0; mt < MT; ++mt) {
         DCPP_UNROLL
         for (int e = 0; e < 4; ++e) {
-          const int qi = mt * 8 + simt::mma_c_coord(lane, e).col;
+          const simt::mma_coord c = simt::mma_c_coord(lane, e);
+          const int qi = mt * 8 + c.col;
+          simt::mma_accumulator& x = st[mw * MT + mt];
+          float pv = detail::attention_exp2(x.x[e] * scale2 - lse2[qi]);
+          if (masked) {
+            const int j = warp_key + mw * 16 + c.row, i = qb + qi;
+            if (!(sq.key_real(j) && (p.kind != ring_step_kind::diagonal || j <= i)))
+              pv = 0.0f;
+          }
+          x.x[e] = pv; // P^T
+        }
+      }
+    }
+    if constexpr (want_dv)
+      detail::attention_gemm_pb<BM, DTV, MW>(ctx, dv, st, dot, LDV, warp_staging, cfg::pld);
+    if constexpr (want_dk) {
+      simt::mma_accumulator dpt[MW * MT];
+      DCPP_UNROLL
+      for (int mt = 0; mt < MW * MT; ++mt)
+        dpt[mt] = {};
+      detail::attention_gemm_abt<DV, MT, MW>(ctx, dpt, vs + warp * WR * LDV, LDV, dot, LDV);
+      DCPP_UNROLL
+      for (int mt = 0; mt < MW * MT; ++mt) {
+        DCPP_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          const int qi = (mt % MT) * 8 + simt::mma_c_coord(lane, e).col;
           dpt[mt].x[e] = st[mt].x[e] * (dpt[mt].x[e] - dsum[qi]); // dS^T
         }
       }
-      detail::attention_gemm_pb<BM, DTQ>(ctx, dk, dpt, qt, LDQ, warp_staging, cfg::pld);
+      detail::attention_gemm_pb<BM, DTQ, MW>(ctx, dk, dpt, qt, LDQ, warp_staging, cfg::pld);
     }
   }
   ctx.template cp_async_wait<0>(); // no copy outlives the block
 
   const int g = static_cast<int>(lane / 4), c2 = 2 * static_cast<int>(lane % 4);
+  const facts f = block_facts();
   DCPP_UNROLL
-  for (int r = 0; r < 2; ++r) {
-    const int key = sq.base + warp_key + g + 8 * r;
-    if (key >= key1)
+  for (int r = 0; r < 2 * MW; ++r) {
+    const std::int64_t key =
+        f.blk.row0 + static_cast<int>(warp) * WR + 16 * (r >> 1) + g + 8 * (r & 1);
+    const int e = 2 * (r & 1);
+    if (key >= f.blk.row1)
       continue;
     if constexpr (want_dk) {
       DCPP_UNROLL
-      for (int dt = 0; dt < DTQ; ++dt)
-        detail::attention_add2(p.dk + key * k_stride + hk * DQK + dt * 8 + c2,
-                               dk[dt].x[2 * r] * p.scale, dk[dt].x[2 * r + 1] * p.scale);
+      for (int dt = 0; dt < DTQ; ++dt) {
+        const simt::mma_accumulator& a = dk[(r >> 1) * DTQ + dt];
+        detail::attention_add2(p.dk + key * k_stride + hk * DQK + dt * 8 + c2, a.x[e] * p.scale,
+                               a.x[e + 1] * p.scale);
+      }
     }
     if constexpr (want_dv) {
       DCPP_UNROLL
-      for (int dt = 0; dt < DTV; ++dt)
-        detail::attention_add2(p.dv + key * v_stride + hk * DV + dt * 8 + c2, dv[dt].x[2 * r],
-                               dv[dt].x[2 * r + 1]);
+      for (int dt = 0; dt < DTV; ++dt) {
+        const simt::mma_accumulator& a = dv[(r >> 1) * DTV + dt];
+        detail::attention_add2(p.dv + key * v_stride + hk * DV + dt * 8 + c2, a.x[e], a.x[e + 1]);
+      }
     }
   }
 }
