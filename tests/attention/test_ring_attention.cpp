@@ -384,5 +384,16 @@ TEST_CASE("ring attention: bad input is a clear error on every rank") {
         (dcpp::ring_attention_forward<dcpp::local_communicator, float>(
             comm, part, shape, std::span<const float>(qb).subspan(1), kb, vc, oc, lse)),
         doctest::Contains("q is not 16-byte aligned"));
+    // a token row wider than the kernels' 32-bit row stride (2^23 heads x 256), before any
+    // buffer is read; 2^23 x 192 (MLA's Q/K width) still fits and fails on the buffer sizes
+    shape.heads = 1 << 23, shape.kv_heads = 1, shape.head_dim = 256, shape.v_head_dim = 256;
+    CHECK_THROWS_WITH((dcpp::ring_attention_forward<dcpp::local_communicator, float>(
+                          comm, part, shape, q, k, v, o, lse)),
+                      doctest::Contains("heads = 8388608 x head dim 256 = 2147483648 elements per "
+                                        "token is over 2^31 - 1"));
+    shape.head_dim = 192, shape.v_head_dim = 128;
+    CHECK_THROWS_WITH((dcpp::ring_attention_forward<dcpp::local_communicator, float>(
+                          comm, part, shape, q, k, v, o, lse)),
+                      doctest::Contains("q has 2560 elements, expected"));
   });
 }

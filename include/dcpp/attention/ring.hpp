@@ -155,6 +155,14 @@ void check_attention_call(
   else if (!kernels::attention_head_shape_supported(s.head_dim, s.value_dim()))
     local =
         status::failure(status_code::invalid_option, head_shape_message(s.head_dim, s.value_dim()));
+  else if (static_cast<std::int64_t>(s.heads) * std::max(s.head_dim, s.value_dim()) >
+           std::numeric_limits<std::int32_t>::max())
+    local = status::failure(
+        status_code::invalid_option,
+        fmt::format("ring attention: heads = {} x head dim {} = {} elements per token is over "
+                    "2^31 - 1, the kernels' 32-bit row stride",
+                    s.heads, std::max(s.head_dim, s.value_dim()),
+                    static_cast<std::int64_t>(s.heads) * std::max(s.head_dim, s.value_dim())));
   else if (!(s.softmax_scale() > 0.0f) || !std::isfinite(s.softmax_scale()))
     local = status::failure(
         status_code::invalid_option,

@@ -89,16 +89,16 @@ constexpr bool attention_head_shape_supported(int dqk, int dv) noexcept {
 }
 
 //! Tiles of the attention kernels for Q/K head dim DQK and V head dim DV (FlashAttention-2's
-//! structure on mma.sync): 4 warps, each owning 16 rows of the block's 64 (queries in the forward
-//! and dQ, keys in dK/dV), so that a warp's S/P fragments and its O (or dQ, dK, dV) accumulator
-//! stay in registers. `inner` rows per inner step (keys, or queries in dK/dV): 64 while the head
-//! dims are at most 128, 32 above (the accumulator of a 256-wide O takes 128 registers per lane;
-//! 64 more for S would spill). Shared-memory rows are padded by 16 bytes so that the eight
-//! 16-byte rows of an ldmatrix or a cp.async wavefront fall in distinct banks (row strides of
-//! 144, 208, 272, 400 and 528 bytes are 4 banks apart modulo 32). dK/dV run as two kernels (dV,
-//! then dK) when DQK + DV > 256: the two accumulators would not fit in registers together. The
-//! numbers come from the register and shared-memory budget (ptxas report, docs/kernels.md), not
-//! from a device measurement (none available).
+//! structure on mma.sync): 4 warps, each owning one or two 16-row slices of the block's rows
+//! (queries in the forward and dQ, keys in dK/dV; see forward_slices, backward_slices), so that
+//! a warp's S/P fragments and its O (or dQ, dK, dV) accumulator stay in registers. `inner` rows per
+//! inner step (keys, or queries in dK/dV): 64 while the head dims are at most 128, 32 above (the
+//! accumulator of a 256-wide O takes 128 registers per lane; 64 more for S would spill).
+//! Shared-memory rows are padded by 16 bytes so that the eight 16-byte rows of an ldmatrix or a
+//! cp.async wavefront fall in distinct banks (row strides of 144, 208, 272, 400 and 528 bytes are 4
+//! banks apart modulo 32). dK/dV run as two kernels (dV, then dK) where the two accumulators would
+//! not fit in registers together (split_dkv). The numbers come from the register and shared-memory
+//! budget (ptxas report, docs/kernels.md), not from a device measurement (none available).
 template <int DQK, int DV, class T>
 struct attention_tile {
   static_assert(attention_head_shape_supported(DQK, DV),
@@ -133,7 +133,8 @@ struct attention_tile {
   //! sm_80)
   static constexpr int dq_inner = backward_slices == 2 ? 32 : DQK >= 256 && inner > 16 ? 16 : inner;
   //! queries per inner step of dK/dV, whose two accumulators leave less room: 32 from head dim
-  //! 128 on (at 64 the S^T and dP^T fragments spilled 20 bytes at 128/128 on sm_90)
+  //! 128 on (at 64 the S^T and dP^T fragments spilled 20 bytes at 128/128 on sm_90) and with two
+  //! slices per warp (S^T and dP^T of 32 keys)
   static constexpr int dkv_inner =
       (DQK + DV >= 256 || backward_slices == 2) && inner > 32 ? 32 : inner;
   static constexpr int pad = 16 / static_cast<int>(sizeof(T));
@@ -229,6 +230,21 @@ inline DCPP_HOST_DEVICE attention_sequence attention_sequence_of(const attention
   q.qr0 = l.q_real[2 * s], q.qr1 = l.q_real[2 * s + 1];
   q.kr0 = l.kv_real[2 * s], q.kr1 = l.kv_real[2 * s + 1];
   return q;
+}
+
+//! Work-list entry `tile` of a step: its rows and their sequence (global loads; kernels that
+//! are short of registers call it again where they need the facts instead of keeping them).
+template <class T>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE attention_block attention_block_of(const attention_params<T>& p,
+                                                                      int tile) {
+  return {p.tiles.begin[tile], p.tiles.end[tile],
+          attention_sequence_of(p.layout, p.tiles.seq[tile])};
+}
+
+//! Row (within a warp's 16 MW rows) of fragment row r: slice r / 2, half r % 2 of the m16n8
+//! accumulator, lane group g = lane / 4; its two values are x[2 (r % 2)] and x[2 (r % 2) + 1].
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE int attention_fragment_row(int r, int g) {
+  return 16 * (r >> 1) + g + 8 * (r & 1);
 }
 
 //! Key rows [lo, hi) that query rows up to q1 (exclusive, local) can see in a step of `kind`:
@@ -493,11 +509,7 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
   // The block's rows and sequence, read again where the masked tiles and the epilogue need
   // them (L1 hits) rather than kept live across the main loop, where 32-row warps need every
   // register (kept, they spilled 40 bytes at head dim 128).
-  const auto block_facts = [&p, tile] {
-    const int row0 = p.tiles.begin[tile], row1 = p.tiles.end[tile];
-    return detail::attention_block{row0, row1,
-                                   detail::attention_sequence_of(p.layout, p.tiles.seq[tile])};
-  };
+  const auto block_facts = [&p, tile] { return detail::attention_block_of(p, tile); };
   const detail::attention_block blk = block_facts();
   const int row0 = blk.row0, row1 = blk.row1;
   const detail::attention_sequence& sq = blk.seq;
@@ -650,7 +662,7 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
   DCPP_UNROLL
   for (int r = 0; r < 2 * MW; ++r) {
     l[r] = detail::attention_quad_sum(ctx, l[r]);
-    const int i = erow + (r >> 1) * 16 + g + 8 * (r & 1); // local row
+    const int i = erow + detail::attention_fragment_row(r, g); // local row
     const int row = eb.seq.base + i;
     float* lse = p.lse + static_cast<std::int64_t>(row) * p.heads + h;
     // Merged (p.merge): o = (o_old w_old + O w) / (w_old + w) with w = e^{lse - max}. The quad's
@@ -790,8 +802,9 @@ DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) 
   constexpr int LDQ = cfg::ldq, LDV = cfg::ldv, TH = cfg::threads;
   const int tile = static_cast<int>(ctx.block_index().x), h = static_cast<int>(ctx.block_index().y);
   const int hk = h / (p.heads / p.kv_heads);
-  const int s = p.tiles.seq[tile], row0 = p.tiles.begin[tile], row1 = p.tiles.end[tile];
-  const detail::attention_sequence sq = detail::attention_sequence_of(p.layout, s);
+  const detail::attention_block blk = detail::attention_block_of(p, tile);
+  const int row0 = blk.row0, row1 = blk.row1;
+  const detail::attention_sequence& sq = blk.seq;
   T* qs = ctx.template shared_array<T>(BM * LDQ);
   T* dos = ctx.template shared_array<T>(BM * LDV);
   T* ks = ctx.template shared_array<T>(2 * BN * LDQ);
@@ -821,8 +834,8 @@ DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) 
   float lse2[2 * MW], dsum[2 * MW];
   DCPP_UNROLL
   for (int r = 0; r < 2 * MW; ++r)
-    detail::attention_row_stats(p, sq, warp_row + 16 * (r >> 1) + g + 8 * (r & 1), row1, h, lse2[r],
-                                dsum[r]);
+    detail::attention_row_stats(p, sq, warp_row + detail::attention_fragment_row(r, g), row1, h,
+                                lse2[r], dsum[r]);
   const float scale2 = p.scale * detail::attention_log2e;
   simt::mma_accumulator acc[MW * DT];
   DCPP_UNROLL
@@ -837,11 +850,8 @@ DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) 
     ctx.sync_block(); // K_t and V_t are in; every warp is done with K_{t-1}
     // causal: a warp whose rows all precede the tile's keys skips it; the barriers stay shared
     const bool warp_active = p.kind != ring_step_kind::diagonal || kb <= warp_row + WR - 1;
-    simt::mma_accumulator sc[MW * NT], dp[MW * NT];
+    simt::mma_accumulator sc[MW * NT]{}, dp[MW * NT]{}; // zero, also for GCC's flow analysis
     if (warp_active) {
-      DCPP_UNROLL
-      for (int nt = 0; nt < MW * NT; ++nt)
-        sc[nt] = {}, dp[nt] = {};
       detail::attention_gemm_abt<DQK, NT, MW>(ctx, sc, qs + warp * WR * LDQ, LDQ, kt, LDQ);
       detail::attention_gemm_abt<DV, NT, MW>(ctx, dp, dos + warp * WR * LDV, LDV, vs, LDV);
       const bool masked = kb + BN > k_hi || sq.keys_padded(kb, kb + BN) ||
@@ -881,7 +891,7 @@ DCPP_HOST_DEVICE void attention_dq_body(Ctx& ctx, const attention_params<T>& p) 
 
   DCPP_UNROLL
   for (int r = 0; r < 2 * MW; ++r) {
-    const int row = sq.base + warp_row + 16 * (r >> 1) + g + 8 * (r & 1);
+    const int row = sq.base + warp_row + detail::attention_fragment_row(r, g);
     if (row >= row1)
       continue;
     float* dq = p.dq + row * q_stride + h * DQK + 2 * static_cast<int>(lane % 4);
@@ -923,11 +933,7 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
     int q_lo, q_hi, per_head;
   };
   const auto block_facts = [&p, tile] {
-    facts f{{p.tiles.begin[tile], p.tiles.end[tile],
-             detail::attention_sequence_of(p.layout, p.tiles.seq[tile])},
-            0,
-            0,
-            0};
+    facts f{detail::attention_block_of(p, tile), 0, 0, 0};
     detail::attention_query_range(p.kind, f.blk.seq, f.blk.row0 - f.blk.seq.base, f.q_lo, f.q_hi);
     f.per_head = f.q_hi > f.q_lo ? (f.q_hi - f.q_lo + BM - 1) / BM : 0;
     return f;
@@ -1059,7 +1065,7 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
   DCPP_UNROLL
   for (int r = 0; r < 2 * MW; ++r) {
     const std::int64_t key =
-        f.blk.row0 + static_cast<int>(warp) * WR + 16 * (r >> 1) + g + 8 * (r & 1);
+        f.blk.row0 + static_cast<int>(warp) * WR + detail::attention_fragment_row(r, g);
     const int e = 2 * (r & 1);
     if (key >= f.blk.row1)
       continue;
