@@ -922,6 +922,7 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
                 DTV = DV / 8;
   constexpr int LDQ = cfg::ldq, LDV = cfg::ldv, TH = cfg::threads;
   constexpr bool want_dv = Part != attention_dkv_part::dk, want_dk = Part != attention_dkv_part::dv;
+  constexpr bool clean_instance = MW == 2 && Part != attention_dkv_part::both;
   const int tile = static_cast<int>(ctx.block_index().x),
             hk = static_cast<int>(ctx.block_index().y);
   const int group = p.heads / p.kv_heads;
@@ -930,13 +931,41 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
   // where 32-row warps need every register (kept, they spilled 24-40 bytes at head dim 128).
   struct facts {
     detail::attention_block blk;
-    int q_lo, q_hi, per_head;
+    int q_lo, q_hi;
+    int per_head, n_masked; //!< query tiles per query head, and of those the ones that need a mask
+    //! the block's query tiles over its group of query heads, and those that need no mask
+    DCPP_HOST_DEVICE int tiles(int group) const { return per_head * group; }
+    DCPP_HOST_DEVICE int clean_tiles(int group) const { return (per_head - n_masked) * group; }
   };
   const auto block_facts = [&p, tile] {
-    facts f{detail::attention_block_of(p, tile), 0, 0, 0};
+    facts f{detail::attention_block_of(p, tile), 0, 0, 0, 0};
     detail::attention_query_range(p.kind, f.blk.seq, f.blk.row0 - f.blk.seq.base, f.q_lo, f.q_hi);
     f.per_head = f.q_hi > f.q_lo ? (f.q_hi - f.q_lo + BM - 1) / BM : 0;
+    // A padding key in the block masks every tile; the causal diagonal masks the tiles whose first
+    // query precedes the block's last key (the query range starts at the block's first key).
+    // Only the split dK and dV kernels of 32-row warps have a clean instance: beside the masked
+    // one it spilled in the 16-row loops (head dims 192, 256) and at head dim 64 (dK and dV in
+    // one kernel); those run every tile masked.
+    const int k0 = f.blk.row0 - f.blk.seq.base;
+    f.n_masked = !clean_instance || f.blk.seq.keys_padded(k0, k0 + BN) ? f.per_head
+                 : p.kind == ring_step_kind::diagonal
+                     ? detail::attention_min(f.per_head, (BN + BM - 2) / BM)
+                     : 0;
     return f;
+  };
+  // The block's t-th query tile: first the tiles that need no mask, every query head's in turn,
+  // then the masked ones (the query range's first n_masked tiles) of every head. Sets the query
+  // head (within the KV head's group) and the tile's first query (local to the sequence).
+  const auto query_tile = [group](const facts& f, int t, int& hh, int& qb) {
+    const int n_clean = f.per_head - f.n_masked;
+    if (t < n_clean * group) {
+      hh = t / n_clean;
+      qb = f.q_lo + (f.n_masked + t % n_clean) * BM;
+    } else {
+      t -= n_clean * group;
+      hh = t / f.n_masked;
+      qb = f.q_lo + (t % f.n_masked) * BM;
+    }
   };
   T* ks = ctx.template shared_array<T>(BN * LDQ);
   T* vs = ctx.template shared_array<T>(BN * LDV);
@@ -952,7 +981,6 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
   const auto o_stride = [&p] { return p.heads * DV; };
   const int k_stride = p.kv_heads * DQK, v_stride = p.kv_heads * DV;
 
-  int n_tiles;
   {
     const facts f = block_facts();
     const int key0 = f.blk.row0, key1 = f.blk.row1;
@@ -963,13 +991,13 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
       detail::attention_copy<DV, LDV, BN, TH>(
           ctx, vs, p.v + static_cast<std::int64_t>(key0) * v_stride + hk * DV, v_stride,
           key1 - key0);
-    n_tiles = f.per_head * group;
   }
-  // Query tile t: head hk * group + t / per_head, rows from q_lo + (t % per_head) * BM.
   auto issue = [&](int t, int stage) {
     const facts f = block_facts();
     const detail::attention_sequence& sq = f.blk.seq;
-    const int h = hk * group + t / f.per_head, qb = f.q_lo + (t % f.per_head) * BM;
+    int hh, qb;
+    query_tile(f, t, hh, qb);
+    const int h = hk * group + hh;
     const int nq = detail::attention_min(BM, f.q_hi - qb);
     const std::int64_t first = sq.base + qb;
     detail::attention_copy<DQK, LDQ, BM, TH>(ctx, qs + stage * BM * LDQ,
@@ -980,7 +1008,7 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
       detail::attention_row_stats(p, sq, qb + r, sq.base + f.q_hi, h, lse_s[stage * BM + r],
                                   dsum_s[stage * BM + r]);
   };
-  if (n_tiles > 0)
+  if (block_facts().per_head > 0)
     issue(0, 0);
   ctx.cp_async_commit();
 
@@ -994,32 +1022,36 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
     dv[dt] = {};
   T* warp_staging = staging + warp * 16 * cfg::pld;
 
-  for (int t = 0; t < n_tiles; ++t) {
+  // Query tile t (query_tile); Masked: it may cross the causal diagonal or the block's keys hold
+  // padding. Two instances, so that the clean tiles' loop carries no mask code at all.
+  const auto step = [&](int t, auto masked_tile) {
+    constexpr bool Masked = decltype(masked_tile)::value;
     const int stage = t % 2;
     ctx.template cp_async_wait<0>();
     ctx.sync_block(); // tile t is in; every warp is done with tile t-1's buffers
-    if (t + 1 < n_tiles) {
+    if (t + 1 < block_facts().tiles(group)) {
       issue(t + 1, stage ^ 1);
       ctx.cp_async_commit();
     }
     const T* qt = qs + stage * BM * LDQ;
     const T* dot = dos + stage * BM * LDV;
     const float* lse2 = lse_s + stage * BM;
-    const float* dsum = dsum_s + stage * BM;
+    [[maybe_unused]] const float* dsum = dsum_s + stage * BM; // dK's
     const facts f = block_facts();
     const detail::attention_sequence& sq = f.blk.seq;
-    const int qb = f.q_lo + (t % f.per_head) * BM;
+    int hh, qb;
+    query_tile(f, t, hh, qb);
     const int warp_key = f.blk.row0 - sq.base + static_cast<int>(warp) * WR; // local key of row 0
     // causal: a warp whose keys all follow the tile's queries sees none of them
-    if (p.kind == ring_step_kind::diagonal && qb + BM - 1 < warp_key)
-      continue;
+    if (Masked && p.kind == ring_step_kind::diagonal && qb + BM - 1 < warp_key)
+      return;
     simt::mma_accumulator st[MW * MT];
     DCPP_UNROLL
     for (int mt = 0; mt < MW * MT; ++mt)
       st[mt] = {};
     detail::attention_gemm_abt<DQK, MT, MW>(ctx, st, ks + warp * WR * LDQ, LDQ, qt, LDQ);
-    const bool masked = sq.keys_padded(warp_key, warp_key + WR) ||
-                        (p.kind == ring_step_kind::diagonal && qb < warp_key + WR - 1);
+    const bool masked = Masked && (sq.keys_padded(warp_key, warp_key + WR) ||
+                                   (p.kind == ring_step_kind::diagonal && qb < warp_key + WR - 1));
     DCPP_UNROLL
     for (int mw = 0; mw < MW; ++mw) {
       DCPP_UNROLL
@@ -1057,7 +1089,14 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
       }
       detail::attention_gemm_pb<BM, DTQ, MW>(ctx, dk, dpt, qt, LDQ, warp_staging, cfg::pld);
     }
-  }
+  };
+  int t = 0;
+  DCPP_NO_UNROLL
+  for (; t < block_facts().clean_tiles(group); ++t)
+    step(t, std::false_type{});
+  DCPP_NO_UNROLL
+  for (; t < block_facts().tiles(group); ++t)
+    step(t, std::true_type{});
   ctx.template cp_async_wait<0>(); // no copy outlives the block
 
   const int g = static_cast<int>(lane / 4), c2 = 2 * static_cast<int>(lane % 4);
