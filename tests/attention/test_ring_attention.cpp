@@ -397,3 +397,67 @@ TEST_CASE("ring attention: bad input is a clear error on every rank") {
                       doctest::Contains("q has 2560 elements, expected"));
   });
 }
+
+TEST_CASE("ring attention: the kernels' no-alias precondition is checked, by name") {
+  using dcpp::kernels::attention_overlap;
+  using dcpp::kernels::attention_pass;
+  // 7 tokens, 4 heads over 2 KV heads, MLA's 192 (Q/K) and 128 (V): one arena, buffers carved out
+  // of it at chosen offsets so that the overlap is exactly one byte or none
+  constexpr std::int64_t n = 7, h = 4, hk = 2, dqk = 192, dv = 128;
+  std::vector<std::byte> arena(1 << 22);
+  std::byte* base = arena.data();
+  const std::int64_t q_bytes = n * h * dqk * 2, k_bytes = n * hk * dqk * 2,
+                     v_bytes = n * hk * dv * 2, o_bytes = n * h * dv * 4;
+  dcpp::kernels::attention_params<dcpp::bfloat16> p;
+  p.tokens = n, p.heads = h, p.kv_heads = hk;
+  std::int64_t at = 0;
+  const auto named = [](const char* s) { return std::string(s != nullptr ? s : "(none)"); };
+  const auto take = [&](std::int64_t bytes) {
+    std::byte* b = base + at;
+    at += bytes;
+    return b;
+  };
+  p.q = reinterpret_cast<const dcpp::bfloat16*>(take(q_bytes));
+  p.k = reinterpret_cast<const dcpp::bfloat16*>(take(k_bytes));
+  p.v = reinterpret_cast<const dcpp::bfloat16*>(take(v_bytes));
+  p.o = reinterpret_cast<float*>(take(o_bytes));
+  p.lse = reinterpret_cast<float*>(take(n * h * 4));
+  CHECK(attention_overlap(p, dqk, dv, attention_pass::forward) == nullptr);
+  // o's last byte on v's first: o starts one element (minus a byte) before v ends
+  const auto* saved_o = p.o;
+  p.o = reinterpret_cast<float*>(reinterpret_cast<std::byte*>(const_cast<dcpp::bfloat16*>(p.v)) +
+                                 v_bytes - 4);
+  CHECK(named(attention_overlap(p, dqk, dv, attention_pass::forward)) == "o");
+  p.o = const_cast<float*>(saved_o);
+  // lse written over o: outputs must be disjoint too
+  p.lse = p.o + n * h * dv - 1;
+  CHECK(named(attention_overlap(p, dqk, dv, attention_pass::forward)) == "lse");
+  p.lse = p.o + n * h * dv;
+  CHECK(attention_overlap(p, dqk, dv, attention_pass::forward) == nullptr);
+  // in place (o over q), as conv1d's in-place call would: refused
+  p.o = reinterpret_cast<float*>(const_cast<dcpp::bfloat16*>(p.q));
+  CHECK(named(attention_overlap(p, dqk, dv, attention_pass::forward)) == "o");
+  p.o = const_cast<float*>(saved_o);
+
+  // backward: dO, O, LSE, D in; dQ, dK, dV out
+  p.out = reinterpret_cast<const dcpp::bfloat16*>(take(n * h * dv * 2));
+  p.dout = reinterpret_cast<const dcpp::bfloat16*>(take(n * h * dv * 2));
+  p.lse_final = reinterpret_cast<const float*>(take(n * h * 4));
+  p.dsum = reinterpret_cast<float*>(take(n * h * 4));
+  p.dq = reinterpret_cast<float*>(take(n * h * dqk * 4));
+  p.dk = reinterpret_cast<float*>(take(n * hk * dqk * 4));
+  p.dv = reinterpret_cast<float*>(take(n * hk * dv * 4));
+  REQUIRE(at <= static_cast<std::int64_t>(arena.size()));
+  CHECK(attention_overlap(p, dqk, dv, attention_pass::backward) == nullptr);
+  CHECK(attention_overlap(p, dqk, dv, attention_pass::dsum) == nullptr);
+  p.dv = p.dk + n * hk * dqk - 1; // dV's first element on dK's last
+  CHECK(named(attention_overlap(p, dqk, dv, attention_pass::backward)) == "dv");
+  p.dv = p.dk + n * hk * dqk;
+  p.dsum = reinterpret_cast<float*>(const_cast<dcpp::bfloat16*>(p.dout)); // D over dO
+  CHECK(named(attention_overlap(p, dqk, dv, attention_pass::dsum)) == "dsum");
+  CHECK(attention_overlap(p, dqk, dv, attention_pass::backward) == nullptr); // inputs may share
+  p.dq = const_cast<float*>(p.lse_final) + 1; // dQ over the final LSE
+  CHECK(named(attention_overlap(p, dqk, dv, attention_pass::backward)) == "dq");
+  p.dq = nullptr; // a null buffer is not checked
+  CHECK(attention_overlap(p, dqk, dv, attention_pass::backward) == nullptr);
+}

@@ -97,6 +97,8 @@ cudaError_t attention_forward(const attention_params<T>& p, cudaStream_t stream)
   using cfg = attention_tile<DQK, DV, T>;
   if (p.tiles.count == 0 || p.heads == 0)
     return cudaSuccess;
+  if (attention_overlap(p, DQK, DV, attention_pass::forward) != nullptr)
+    return cudaErrorInvalidValue; // an output overlapping an input would race
   if (const cudaError_t e =
           detail::attention_allow_shared(attention_forward_kernel<DQK, DV, T>, cfg::forward_shared);
       e != cudaSuccess)
@@ -129,6 +131,8 @@ template <int DQK, int DV, class T>
 cudaError_t attention_backward(const attention_params<T>& p, attention_tiles q_tiles,
                                cudaStream_t stream) {
   using cfg = attention_tile<DQK, DV, T>;
+  if (attention_overlap(p, DQK, DV, attention_pass::backward) != nullptr)
+    return cudaErrorInvalidValue; // an output overlapping an input would race
   if (q_tiles.count > 0 && p.heads > 0) {
     if (const cudaError_t e =
             detail::attention_allow_shared(attention_dq_kernel<DQK, DV, T>, cfg::dq_shared);
@@ -171,6 +175,8 @@ cudaError_t attention_dsum(const attention_params<T>& p, cudaStream_t stream) {
   const std::int64_t n = p.tokens * p.heads;
   if (n == 0)
     return cudaSuccess;
+  if (attention_overlap(p, D, D, attention_pass::dsum) != nullptr)
+    return cudaErrorInvalidValue;
   attention_dsum_kernel<D, T><<<detail::attention_element_blocks(n), 256, 0, stream>>>(p);
   return cudaGetLastError();
 }

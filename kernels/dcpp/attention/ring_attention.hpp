@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <type_traits>
 
 #include "dcpp/core/config.hpp"
@@ -81,6 +82,63 @@ struct attention_params {
   attention_layout layout;
   attention_tiles tiles;
 };
+
+//! The launches whose buffers attention_overlap checks.
+enum class attention_pass : int {
+  forward,  //!< writes o, lse from q, k, v
+  dsum,     //!< the backward's pre-pass: writes dsum from out, dout
+  backward, //!< a step's dQ and dK/dV: writes dq, dk, dv from q, k, v, out, dout, lse_final, dsum
+};
+
+//! The checked form of "outputs do not alias inputs": the name of the first output of `pass`
+//! whose bytes overlap an input it is computed from or another of its outputs, or nullptr when
+//! all are disjoint (null buffers are skipped). Q/dQ, O/dO, LSE/D span `tokens` rows, K/V/dK/dV
+//! as many (every rank of a ring holds the same count). On a GPU an overlap is a race: blocks
+//! read rows other blocks are writing. The CUDA launchers return cudaErrorInvalidValue on it.
+template <class T>
+const char* attention_overlap(const attention_params<T>& p, int dqk, int dv, attention_pass pass) {
+  struct range {
+    const char* name;
+    const void* data;
+    std::int64_t bytes;
+  };
+  const std::int64_t n = p.tokens, h = p.heads, hk = p.kv_heads;
+  const range q{"q", p.q, n * h * dqk * std::int64_t{sizeof(T)}},
+      k{"k", p.k, n * hk * dqk * std::int64_t{sizeof(T)}},
+      v{"v", p.v, n * hk * dv * std::int64_t{sizeof(T)}},
+      out{"out", p.out, n * h * dv * std::int64_t{sizeof(T)}},
+      dout{"dout", p.dout, n * h * dv * std::int64_t{sizeof(T)}},
+      lse_final{"lse_final", p.lse_final, n * h * 4}, o{"o", p.o, n * h * dv * 4},
+      lse{"lse", p.lse, n * h * 4}, dsum{"dsum", p.dsum, n * h * 4},
+      dq{"dq", p.dq, n * h * dqk * 4}, dk{"dk", p.dk, n * hk * dqk * 4},
+      dv_{"dv", p.dv, n * hk * dv * 4};
+  const auto overlap = [](const range& a, const range& b) {
+    if (a.data == nullptr || b.data == nullptr || a.bytes <= 0 || b.bytes <= 0)
+      return false;
+    const auto a0 = reinterpret_cast<std::uintptr_t>(a.data),
+               b0 = reinterpret_cast<std::uintptr_t>(b.data);
+    return a0 < b0 + static_cast<std::uintptr_t>(b.bytes) &&
+           b0 < a0 + static_cast<std::uintptr_t>(a.bytes);
+  };
+  const auto first = [&](std::initializer_list<range> outputs,
+                         std::initializer_list<range> inputs) -> const char* {
+    for (auto w = outputs.begin(); w != outputs.end(); ++w) {
+      for (const range& r : inputs)
+        if (overlap(*w, r))
+          return w->name;
+      for (auto x = outputs.begin(); x != w; ++x)
+        if (overlap(*w, *x))
+          return w->name;
+    }
+    return nullptr;
+  };
+  switch (pass) {
+  case attention_pass::forward: return first({o, lse}, {q, k, v});
+  case attention_pass::dsum: return first({dsum}, {out, dout});
+  case attention_pass::backward: break;
+  }
+  return first({dq, dk, dv_}, {q, k, v, out, dout, lse_final, dsum});
+}
 
 //! Whether dcpp's kernels take a head shape: Q/K head dim `DQK`, V head dim `DV`.
 constexpr bool attention_head_shape_supported(int dqk, int dv) noexcept {
