@@ -292,6 +292,49 @@ TEST_CASE("balanced: extra_microbatches = 0 holds it to the token minimum or Meg
   }
 }
 
+TEST_CASE("balanced: each construction alone runs, and the megatron plan is the fallback") {
+  // `constructions` selects whose plans compete; the megatron construction still bounds the
+  // rounds. Before this was fixed, targeted alone ran levelled (targeted needed the megatron bit,
+  // and levelled was forced on without it): the two single-construction plans were identical.
+  using B = dcpp::balanced;
+  int targeted_differs = 0, static_differs = 0;
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    CAPTURE(seed);
+    const dcpp::plan_options o = options_for(48, 8192);
+    const auto lengths = w::long_tail(600, seed);
+    const auto only = [&](std::uint32_t bits,
+                          std::int64_t variants_limit = B{}.levelled_variants_limit) {
+      B b;
+      b.constructions = bits;
+      b.levelled_variants_limit = variants_limit;
+      auto p = run<B>(o, lengths, dcpp::transformer_cost{}, b);
+      check_invariants(p, o);
+      return p;
+    };
+    const auto m = run<dcpp::megatron_greedy>(o, lengths, dcpp::transformer_cost{});
+    const auto megatron = only(B::construct_megatron), levelled = only(B::construct_levelled),
+               targeted = only(B::construct_targeted), fixed = only(B::construct_static),
+               none = only(0), all = only(15), levelled_single = only(B::construct_levelled, 0);
+    // (the old targeted-alone plan was exactly the single levelled one, without its variants)
+    targeted_differs += targeted.microbatches != levelled_single.microbatches ? 1 : 0;
+    static_differs += fixed.microbatches != levelled.microbatches ? 1 : 0;
+    // the megatron plan improved by the local search never loses to megatron_greedy's own
+    CHECK(megatron.metrics.estimated_step_time <= m.metrics.estimated_step_time * (1 + 1e-12));
+    // no construction selected: the fallback is the megatron plan, improved
+    CHECK(none.microbatches == megatron.microbatches);
+    // every selected plan stays within the rounds the megatron plan bounds (plus the extra ones)
+    for (const auto* p : {&levelled, &targeted, &fixed})
+      CHECK(p->microbatches.size() <=
+            std::max(m.microbatches.size(), static_cast<std::size_t>(p->metrics.min_microbatches)) +
+                (p->metrics.min_microbatches + 3) / 4);
+    // all four together keep the best of them
+    for (const auto* p : {&megatron, &levelled, &targeted, &fixed})
+      CHECK(all.metrics.estimated_step_time <= p->metrics.estimated_step_time * (1 + 1e-12));
+  }
+  CHECK(targeted_differs >= 1);
+  CHECK(static_differs >= 1);
+}
+
 TEST_CASE("balanced: ending levelled rounds early changes no plan") {
   // Built so that the early end fires: four samples of ~120K tokens need 16 ranks each and fill
   // the 64 ranks of the first round with groups that keep some token room, which the 3,001 short

@@ -64,9 +64,11 @@ struct balanced {
   //! Rounds allowed beyond the token lower bound; -1: a quarter more when the estimator has a
   //! micro-batch overhead, none otherwise.
   std::int32_t extra_microbatches = -1;
-  //! Which constructions run (bits: `construct_megatron`, `construct_levelled`,
-  //! `construct_targeted`, `construct_static`); the round limit still comes from the megatron
-  //! construction.
+  //! Which constructions' plans compete (bits: `construct_megatron`, `construct_levelled`,
+  //! `construct_targeted`, `construct_static`). Whatever the bits, the megatron construction runs
+  //! where it bounds the rounds (samples x ranks <= `megatron_limit`), and its plan (improved) is
+  //! the result when no selected construction packs the batch within the bound; past that limit
+  //! the levelled one is that fallback.
   std::uint32_t constructions = 15;
   static constexpr std::uint32_t construct_megatron = 1;
   static constexpr std::uint32_t construct_levelled = 2;
@@ -263,8 +265,8 @@ public:
     // The megatron construction costs O(samples x groups) and bounds the rounds; past
     // `megatron_limit` (samples x ranks) the bound is the token minimum plus the extra rounds,
     // or what the levelled construction needs.
-    const bool with_megatron = (policy_.constructions & balanced::construct_megatron) != 0 &&
-                               std::int64_t{n_} * world_ <= policy_.megatron_limit;
+    const bool with_megatron = std::int64_t{n_} * world_ <= policy_.megatron_limit;
+    const auto selected = [this](std::uint32_t bit) { return (policy_.constructions & bit) != 0; };
     plan best = with_megatron ? megatron_greedy{}.pack(pr_, estimator_, buckets) : plan{};
     // Rounds beyond the token minimum: `extra_microbatches`, or, when the estimator prices a
     // micro-batch (so that an extra round must pay for itself), up to a quarter more.
@@ -277,15 +279,22 @@ public:
               : 0;
     std::size_t allowed = static_cast<std::size_t>(k_min + extra);
     double best_step = std::numeric_limits<double>::infinity();
+    bool have_plan = false; // best holds a candidate (not only the megatron bound)
     auto take_megatron = [&] {
       allowed = std::max(allowed, best.microbatches.size());
       load(best);
       improve();
       best_step = step_time();
       best = emit();
+      have_plan = true;
     };
-    if (with_megatron)
+    // the megatron plan bounds the rounds; it competes only when selected
+    const plan megatron_plan =
+        with_megatron && !selected(balanced::construct_megatron) ? best : plan{};
+    if (with_megatron && selected(balanced::construct_megatron))
       take_megatron();
+    else if (with_megatron)
+      allowed = std::max(allowed, best.microbatches.size());
     auto consider = [&]() {
       // a construction far behind the best so far is not worth improving
       if (static_cast<std::size_t>(k_) > allowed || step_time() > 1.25 * best_step)
@@ -295,14 +304,15 @@ public:
       if (step < best_step) {
         best_step = step;
         best = emit();
+        have_plan = true;
       }
     };
     // levelled, at the area-minimal CP sizes (the order and the rest of its start are the same
     // for every reach: worked out once)
     std::optional<levelled_start> start;
-    const bool variants = (policy_.constructions & balanced::construct_levelled) != 0 &&
+    const bool variants = selected(balanced::construct_levelled) &&
                           std::int64_t{n_} * world_ <= policy_.levelled_variants_limit;
-    if ((policy_.constructions & balanced::construct_levelled) != 0 || !with_megatron) {
+    if (selected(balanced::construct_levelled) || !with_megatron) {
       cp_ = base_cp;
       cost_ = base_cost;
       start = levelled_inputs();
@@ -339,7 +349,7 @@ public:
     }
     // static: one CP size for all, heaviest first onto the least-loaded slot (strong when the
     // batch needs one size anyway: short-only, capped rollouts), up to 4x the megatron limit
-    if ((policy_.constructions & balanced::construct_static) != 0 &&
+    if (selected(balanced::construct_static) &&
         std::int64_t{n_} * world_ <= 4 * policy_.megatron_limit) {
       const static_cp fixed{};
       if (fixed.check(pr_).ok()) {
@@ -348,8 +358,8 @@ public:
       }
     }
     // targeted, with CP raising, at the fewest rounds that pack; with the megatron one
-    for (std::int32_t k = k_min; (policy_.constructions & balanced::construct_targeted) != 0 &&
-                                 with_megatron && static_cast<std::size_t>(k) <= allowed;
+    for (std::int32_t k = k_min; selected(balanced::construct_targeted) && with_megatron &&
+                                 static_cast<std::size_t>(k) <= allowed;
          k += o_.microbatch_multiple) {
       cp_ = base_cp;
       cost_ = base_cost;
@@ -358,6 +368,11 @@ public:
         consider();
         break;
       }
+    }
+    // no selected construction packed the batch within the bound: the megatron plan, improved
+    if (!have_plan) {
+      best = megatron_plan;
+      take_megatron();
     }
     return best;
   }
