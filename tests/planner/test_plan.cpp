@@ -1,4 +1,5 @@
-// Tests for include/dcpp/planner/plan.hpp: evaluation, lower bound, hash, canonical form.
+// Tests for include/dcpp/planner/{plan,evaluate,plan_hash}.hpp: evaluation, lower bound, hash,
+// canonical form.
 #include "../support.hpp"
 
 #include "../helpers.hpp"
@@ -10,7 +11,9 @@
 #include <vector>
 
 #include "dcpp/planner/estimator.hpp"
+#include "dcpp/planner/evaluate.hpp"
 #include "dcpp/planner/plan.hpp"
+#include "dcpp/planner/plan_hash.hpp"
 #include "dcpp/planner/transformer_cost.hpp"
 #include "dcpp/workload/generators.hpp"
 

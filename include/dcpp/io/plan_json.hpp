@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dcpp/error.hpp"
+#include "dcpp/planner/evaluate.hpp"
 #include "dcpp/planner/options.hpp"
 #include "dcpp/planner/plan.hpp"
 

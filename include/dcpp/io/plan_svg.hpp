@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "dcpp/core/math.hpp"
+#include "dcpp/planner/evaluate.hpp"
 #include "dcpp/planner/plan.hpp"
 
 namespace dcpp {

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "dcpp/planner/evaluate.hpp"
 #include "dcpp/planner/plan.hpp"
 
 namespace dcpp {

@@ -137,7 +137,7 @@ struct problem {
   //! `level_of_cp[cp]`: the index of a legal size in `cp_sizes`, -1 for other sizes up to the
   //! largest legal one.
   std::vector<std::int32_t> level_of_cp;
-  //! Optional table of the estimator's costs, filled by `tabulate_costs` (dcpp/planner/plan.hpp):
+  //! Optional table of the estimator's costs, filled by `tabulate_costs` (dcpp/planner/costs.hpp):
   //! samples of one length share a row, `cost_row[s]`; `costs[row * cp_sizes.size() + level]`
   //! for every legal size at or above the length's smallest. Read through `sample_cost`, which
   //! calls the estimator when the table is empty; the values are the estimator's own (same bits).

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "dcpp/planner/bucketing.hpp"
+#include "dcpp/planner/costs.hpp"
 #include "dcpp/planner/estimator.hpp"
+#include "dcpp/planner/evaluate.hpp"
 #include "dcpp/planner/options.hpp"
 #include "dcpp/planner/plan.hpp"
 

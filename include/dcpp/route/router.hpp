@@ -17,6 +17,7 @@
 #include "dcpp/core/zigzag.hpp"
 #include "dcpp/error.hpp"
 #include "dcpp/planner/plan.hpp"
+#include "dcpp/planner/plan_hash.hpp"
 #include "dcpp/planner/planner.hpp"
 #include "dcpp/route/fields.hpp"
 #include "dcpp/route/locality.hpp"
