@@ -25,7 +25,7 @@
 #include <dcpp/comm/mpi.hpp>
 #include <dcpp/comm/nccl.hpp>
 #include <dcpp/conv/conv1d_cuda.hpp>
-#include <dcpp/core/cuda_memory.hpp>
+#include <dcpp/cuda/memory.hpp>
 #include <dcpp/dcpp.hpp>
 #include <dcpp/loss/token_mean.hpp>
 #include <dcpp/loss/token_reduce_launch.hpp>

@@ -21,7 +21,7 @@
 #include "dcpp/attention/partition.hpp"
 #include "dcpp/attention/ring.hpp"
 #include "dcpp/attention/ring_attention_launch.hpp" // kernels/: declarations of the launches
-#include "dcpp/core/cuda_memory.hpp"
+#include "dcpp/cuda/memory.hpp"
 #include "dcpp/error.hpp"
 
 namespace dcpp {

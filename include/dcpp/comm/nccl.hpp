@@ -20,7 +20,7 @@
 #include <fmt/format.h>
 
 #include "dcpp/comm/communicator.hpp"
-#include "dcpp/core/cuda_memory.hpp" // cuda_check, where
+#include "dcpp/cuda/memory.hpp" // cuda_check, where
 #include "dcpp/error.hpp"
 
 namespace dcpp {

@@ -16,7 +16,7 @@
 #include "dcpp/comm/communicator.hpp"
 #include "dcpp/conv/causal_conv1d_launch.hpp"
 #include "dcpp/conv/conv1d.hpp"
-#include "dcpp/core/cuda_memory.hpp"
+#include "dcpp/cuda/memory.hpp"
 
 namespace dcpp {
 

@@ -9,8 +9,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "dcpp/core/sort.hpp"
 #include "dcpp/planner/options.hpp"
+#include "dcpp/planner/sort.hpp"
 
 namespace dcpp {
 

@@ -16,11 +16,11 @@
 #include <utility>
 #include <vector>
 
-#include "dcpp/core/node_pool.hpp"
-#include "dcpp/core/sort.hpp"
+#include "dcpp/planner/node_pool.hpp"
 #include "dcpp/planner/packing.hpp"
 #include "dcpp/planner/packing/megatron_greedy.hpp"
 #include "dcpp/planner/packing/static_cp.hpp"
+#include "dcpp/planner/sort.hpp"
 
 namespace dcpp {
 

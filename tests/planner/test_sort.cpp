@@ -1,4 +1,4 @@
-// Tests for include/dcpp/core/sort.hpp and include/dcpp/core/node_pool.hpp.
+// Tests for include/dcpp/planner/sort.hpp and include/dcpp/planner/node_pool.hpp.
 #include "../support.hpp"
 
 #include <algorithm>
@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "dcpp/core/node_pool.hpp"
-#include "dcpp/core/sort.hpp"
+#include "dcpp/planner/node_pool.hpp"
+#include "dcpp/planner/sort.hpp"
 #include "dcpp/workload/generators.hpp"
 
 TEST_CASE("sort_ids_by_key: the order of a stable sort by the key, ties by id") {
