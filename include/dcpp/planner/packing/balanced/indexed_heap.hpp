@@ -1,0 +1,156 @@
+// The keyed index balanced's local search walks: a binary min-heap of (key, id) with the ids'
+// positions, ordered like a std::set of pairs but without its node allocations.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "dcpp/core/config.hpp"
+
+namespace dcpp::detail {
+
+//! A binary min-heap of (key, id) entries, at most one per id (ids >= 0), with the ids'
+//! positions, so that a key changes in place (no stale entries). Ordered like a std::set of
+//! (key, id) pairs: `top` is its first entry and `visit` walks its first entries in order
+//! without changing the heap. Keys are double (not NaN) or a signed integer type.
+template <class Key>
+class indexed_heap {
+public:
+  using entry = std::pair<Key, std::int32_t>;
+  void clear() noexcept {
+    for (std::size_t i = 0; i < size_; ++i)
+      pos_[id_of(heap_[i])] = -1;
+    heap_.assign(1, sentinel);
+    size_ = 0;
+  }
+  //! Inserts id with `key`, or moves it to `key`.
+  void set(Key key, std::int32_t id) {
+    DCPP_EXPECTS(id >= 0);
+    const auto uid = static_cast<std::size_t>(id);
+    if (uid >= pos_.size())
+      pos_.resize(uid + 1, -1);
+    const packed e = pack(key, id);
+    if (pos_[uid] < 0) {
+      heap_.push_back(sentinel);
+      up(size_++, e);
+      return;
+    }
+    const auto i = static_cast<std::size_t>(pos_[uid]);
+    if (e < heap_[i])
+      up(i, e);
+    else
+      down(i, e);
+  }
+  [[nodiscard]] std::optional<entry> top() const noexcept {
+    if (size_ == 0)
+      return std::nullopt;
+    return unpack(heap_.front());
+  }
+  //! Calls `f(entry)` on at most `limit` entries in ascending order until it returns true
+  //! (best-first walk of the heap's tree).
+  template <class F>
+  void visit(std::int32_t limit, F&& f) {
+    // the first entry without the frontier (it is the only one visited most of the time)
+    if (size_ == 0 || limit <= 0 || f(unpack(heap_[0])))
+      return;
+    frontier_.clear();
+    const auto later = [this](std::size_t a, std::size_t b) { return heap_[b] < heap_[a]; };
+    for (const std::size_t child : {std::size_t{1}, std::size_t{2}})
+      if (child < size_) {
+        frontier_.push_back(child);
+        std::push_heap(frontier_.begin(), frontier_.end(), later);
+      }
+    for (std::int32_t visited = 1; visited < limit && !frontier_.empty(); ++visited) {
+      std::pop_heap(frontier_.begin(), frontier_.end(), later);
+      const std::size_t i = frontier_.back();
+      frontier_.pop_back();
+      if (f(unpack(heap_[i])))
+        return;
+      for (const std::size_t child : {2 * i + 1, 2 * i + 2})
+        if (child < size_) {
+          frontier_.push_back(child);
+          std::push_heap(frontier_.begin(), frontier_.end(), later);
+        }
+    }
+  }
+
+private:
+  // An entry as one 128-bit unsigned integer: the key's bits made order-preserving in the high
+  // half, the id in the low half, so that comparing (key, id) pairs is one integer comparison
+  // (measured: the pair comparison, double then id, was the largest single cost of the levelled
+  // construction's heap updates).
+  __extension__ using packed = unsigned __int128;
+  static constexpr std::uint64_t sign = std::uint64_t{1} << 63;
+  // after the last entry, above every entry (ids are below 2^31): a node's second child always
+  // exists, so the sift picks the smaller child without a bounds test
+  static constexpr packed sentinel = ~packed{0};
+  static std::uint64_t ordered_bits(Key key) noexcept {
+    if constexpr (std::is_floating_point_v<Key>) {
+      static_assert(sizeof(Key) == sizeof(std::uint64_t));
+      // +0.0 for -0.0 (they compare equal as keys); negative keys: all bits flipped
+      const auto bits = std::bit_cast<std::uint64_t>(key + Key{0});
+      return (bits & sign) != 0 ? ~bits : bits | sign;
+    } else {
+      static_assert(std::is_integral_v<Key> && std::is_signed_v<Key> && sizeof(Key) <= 8);
+      return static_cast<std::uint64_t>(static_cast<std::int64_t>(key)) ^ sign;
+    }
+  }
+  static Key key_of_bits(std::uint64_t bits) noexcept {
+    if constexpr (std::is_floating_point_v<Key>)
+      return std::bit_cast<Key>((bits & sign) != 0 ? bits & ~sign : ~bits);
+    else
+      return static_cast<Key>(static_cast<std::int64_t>(bits ^ sign));
+  }
+  static packed pack(Key key, std::int32_t id) noexcept {
+    return (packed{ordered_bits(key)} << 64) | static_cast<std::uint32_t>(id);
+  }
+  static std::size_t id_of(packed e) noexcept {
+    return static_cast<std::size_t>(static_cast<std::uint32_t>(e));
+  }
+  static entry unpack(packed e) noexcept {
+    return {key_of_bits(static_cast<std::uint64_t>(e >> 64)), static_cast<std::int32_t>(id_of(e))};
+  }
+  void place(std::size_t i, packed e) {
+    heap_[i] = e;
+    pos_[id_of(e)] = static_cast<std::int32_t>(i);
+  }
+  void up(std::size_t i, packed e) {
+    while (i > 0 && e < heap_[(i - 1) / 2]) {
+      place(i, heap_[(i - 1) / 2]);
+      i = (i - 1) / 2;
+    }
+    place(i, e);
+  }
+  void down(std::size_t i, packed e) {
+    for (;;) {
+      std::size_t c = 2 * i + 1;
+      if (c >= size_)
+        break;
+      // the smaller child (the sentinel at size_ is never smaller), selected without a branch
+      // (random keys defeat the branch predictor) and without loading it again
+      const packed left = heap_[c];
+      const packed right = heap_[c + 1];
+      const bool take_right = right < left;
+      const packed child = take_right ? right : left;
+      c += static_cast<std::size_t>(take_right);
+      if (!(child < e))
+        break;
+      place(i, child);
+      i = c;
+    }
+    place(i, e);
+  }
+  std::vector<packed> heap_ = std::vector<packed>(1, sentinel); // size_ entries, then sentinel
+  std::size_t size_ = 0;
+  std::vector<std::int32_t> pos_; // id -> index in heap_, -1 when absent
+  std::vector<std::size_t> frontier_;
+};
+
+} // namespace dcpp::detail

@@ -1,0 +1,77 @@
+// Tests for include/dcpp/planner/packing/balanced/indexed_heap.hpp against a std::set.
+#include "../../../support.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <set>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "dcpp/planner/packing/balanced/indexed_heap.hpp"
+#include "dcpp/workload/generators.hpp"
+
+namespace {
+// Random sets, moves both ways, ties between ids, negative keys (and -0.0 beside 0.0 for
+// doubles: equal keys), ids up to 1,000, rounds cleared; visit and top against a std::set.
+template <class Key>
+void check_indexed_heap(std::uint64_t seed) {
+  dcpp::workload::rng r(seed);
+  dcpp::detail::indexed_heap<Key> heap;
+  std::vector<std::optional<Key>> key(1000); // current key per id
+  std::set<std::pair<Key, std::int32_t>> reference;
+  for (int step = 0; step < 6000; ++step) {
+    if (step % 1000 == 999) { // a new round
+      heap.clear();
+      reference.clear();
+      std::fill(key.begin(), key.end(), std::nullopt);
+      CHECK_FALSE(heap.top().has_value());
+    }
+    // ids from a small set (collisions) or the whole range (sparse ids)
+    const auto id =
+        static_cast<std::int32_t>(step % 3 == 0 ? r.uniform_int(0, 999) : r.uniform_int(0, 39));
+    const auto uid = static_cast<std::size_t>(id);
+    Key next = static_cast<Key>(r.uniform_int(0, 40)) - Key{20};
+    if constexpr (std::is_floating_point_v<Key>) {
+      if (next == 0 && r.uniform_int(0, 1) == 1)
+        next = -0.0;
+      else if (step % 7 == 0)
+        next += 0.5 * std::numeric_limits<Key>::epsilon() * next; // near-ties
+    }
+    if (key[uid])
+      reference.erase({*key[uid], id});
+    key[uid] = next;
+    reference.emplace(next, id);
+    heap.set(next, id);
+    const auto limit = static_cast<std::int32_t>(r.uniform_int(0, 12)); // 0: visits none
+    const auto stop_at = static_cast<std::int32_t>(r.uniform_int(0, 39));
+    std::vector<std::pair<Key, std::int32_t>> seen;
+    heap.visit(limit, [&](const auto& e) {
+      seen.push_back(e);
+      return e.second == stop_at;
+    });
+    std::vector<std::pair<Key, std::int32_t>> expect;
+    for (const auto& e : reference) {
+      if (static_cast<std::int32_t>(expect.size()) >= limit)
+        break;
+      expect.push_back(e);
+      if (e.second == stop_at)
+        break;
+    }
+    REQUIRE(seen == expect);
+    REQUIRE(heap.top().has_value());
+    CHECK(*heap.top() == *reference.begin());
+  }
+}
+} // namespace
+
+TEST_CASE("indexed_heap: keeps the order of an ordered set of (key, id)") {
+  SUBCASE("double keys") {
+    check_indexed_heap<double>(29);
+  }
+  SUBCASE("integer keys") {
+    check_indexed_heap<std::int64_t>(31);
+  }
+}
