@@ -94,7 +94,7 @@ case "$cmd" in
     g++ -std=c++20 -Iinclude -Ikernels tools/attention_config.cpp -o "$tmp/attention_config"
     "$tmp/attention_config" >"$tmp/config.txt"
     python3 tools/sass_report.py --nvcc nvcc --nvdisasm "$nvd" --root . --config "$tmp/config.txt" \
-      --filter attention_ "$@" kernels/dcpp/attention/ring_attention_instances.cu
+      --filter attention_ "$@" kernels/dcpp/kernels/attention/ring_attention_instances.cu
     ;;
   plan)
     build

@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <vector>
 
-#include "dcpp/attention/ring_attention.cuh"
-#include "dcpp/conv/causal_conv1d.cuh"
 #include "dcpp/core/float16.hpp"
-#include "dcpp/loss/token_reduce.cuh"
+#include "dcpp/kernels/attention/ring_attention.cuh"
+#include "dcpp/kernels/conv/causal_conv1d.cuh"
+#include "dcpp/kernels/loss/token_reduce.cuh"
 
 namespace {
 

@@ -27,8 +27,8 @@
 #include <dcpp/conv/conv1d_cuda.hpp>
 #include <dcpp/cuda/memory.hpp>
 #include <dcpp/dcpp.hpp>
+#include <dcpp/kernels/loss/token_reduce_launch.hpp>
 #include <dcpp/loss/token_mean.hpp>
-#include <dcpp/loss/token_reduce_launch.hpp>
 #include <dcpp/route/router.hpp>
 
 #include "trainer/common.hpp"        // model shape, parameters, data, command line, report

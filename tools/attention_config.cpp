@@ -3,7 +3,7 @@
 // (`./dev.sh sass`), which reads the machine code but cannot see the launch.
 #include <cstdio>
 
-#include "dcpp/attention/ring_attention.hpp"
+#include "dcpp/kernels/attention/ring_attention.hpp"
 
 namespace {
 

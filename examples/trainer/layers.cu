@@ -1,5 +1,5 @@
 // CUDA launches of the GPU trainer's layers (bodies in layers.hpp).
-#include "dcpp/simt/cuda_context.cuh"
+#include "dcpp/kernels/simt/cuda_context.cuh"
 #include "layers_launch.hpp"
 
 namespace trainer {

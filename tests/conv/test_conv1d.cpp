@@ -1,4 +1,4 @@
-// Tests for kernels/dcpp/conv/causal_conv1d.hpp (run through the host launcher) and
+// Tests for kernels/dcpp/kernels/conv/causal_conv1d.hpp (run through the host launcher) and
 // include/dcpp/conv/conv1d.hpp: varlen forward/backward against fp64, shape padding, and the CP
 // halo path on 1-8 local ranks against the unsplit sequences.
 #include "../support.hpp"

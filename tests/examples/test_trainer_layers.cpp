@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "dcpp/conv/causal_conv1d.hpp"
+#include "dcpp/kernels/conv/causal_conv1d.hpp"
 #include "dcpp/simt/host_launcher.hpp"
 #include "trainer/layers.hpp"
 

@@ -1,7 +1,7 @@
 // Every kernel instantiation dcpp ships, compiled by nvcc for sm_80 and sm_90; the ptxas
 // resource report of this file is checked by check_ptxas.py (no spills, no local memory).
 #include "dcpp/core/float16.hpp"
-#include "dcpp/loss/token_reduce.cuh"
+#include "dcpp/kernels/loss/token_reduce.cuh"
 
 namespace dcpp::kernels {
 
@@ -23,9 +23,9 @@ template cudaError_t token_reduce<bfloat16, double>(const token_reduce_params<bf
 
 // Causal conv1d: widths 2..4, every element type (both vector widths through the dispatch),
 // and the row gather-sum: the instances dcpp_cuda_kernels ships.
-#include "dcpp/conv/causal_conv1d_instances.cu"
+#include "dcpp/kernels/conv/causal_conv1d_instances.cu"
 
-#include "dcpp/simt/cuda_context.cuh"
+#include "dcpp/kernels/simt/cuda_context.cuh"
 
 namespace dcpp::kernels {
 
@@ -46,4 +46,4 @@ template __global__ void mma_check_kernel<bfloat16>(const simt::mma_a_fragment*,
 } // namespace dcpp::kernels
 
 // Ring attention: every instantiation dcpp ships for the device ring.
-#include "dcpp/attention/ring_attention_instances.cu"
+#include "dcpp/kernels/attention/ring_attention_instances.cu"

@@ -1,4 +1,4 @@
-// Tests for kernels/dcpp/loss/token_reduce.hpp (run through the host launcher) and
+// Tests for kernels/dcpp/kernels/loss/token_reduce.hpp (run through the host launcher) and
 // include/dcpp/loss/token_mean.hpp: against an fp64 reference, and the exact global mean over a
 // routed dynamic-CP plan where averaging per-rank means is wrong.
 #include "../support.hpp"

@@ -13,9 +13,9 @@
 
 #include <fmt/format.h>
 
-#include "dcpp/attention/ring_attention.hpp" // kernels/dcpp/attention/: the kernel bodies
 #include "dcpp/core/zigzag.hpp"
 #include "dcpp/error.hpp"
+#include "dcpp/kernels/attention/ring_attention.hpp" // kernels/dcpp/kernels/attention/: the kernel bodies
 #include "dcpp/route/fields.hpp"
 #include "dcpp/simt/host_launcher.hpp"
 

@@ -210,7 +210,7 @@ void launch_elements(std::int64_t n, const simt::host_launch_options& options, B
 //! dcpp's per-step kernels run on the CPU through the host launcher (the kernels' own source).
 //! The step functions are heavy to compile (every kernel body for both head dims); a program can
 //! link them precompiled: define `DCPP_HOST_ATTENTION_PRECOMPILED` and link one translation unit
-//! that includes kernels/dcpp/attention/host_attention_instances.cpp (Meson:
+//! that includes kernels/dcpp/kernels/attention/host_attention_instances.cpp (Meson:
 //! `dcpp_host_attention_dep`).
 struct host_attention {
   static constexpr bool fuses_merge = true; //!< the forward kernel merges in its epilogue

@@ -5,7 +5,7 @@
 // compute stream waits on the transfer's event (never the host) before the next step.
 // `cuda_attention<T>` is dcpp's per-step policy on the device; any type with the same
 // forward_step/backward_step taking device pointers can replace it. Plain C++ (no nvcc needed);
-// link kernels/dcpp/attention/ring_attention_instances.cu compiled by nvcc (Meson:
+// link kernels/dcpp/kernels/attention/ring_attention_instances.cu compiled by nvcc (Meson:
 // `dcpp_cuda_kernels_dep`) for the kernel launches.
 #pragma once
 
@@ -20,9 +20,9 @@
 
 #include "dcpp/attention/partition.hpp"
 #include "dcpp/attention/ring.hpp"
-#include "dcpp/attention/ring_attention_launch.hpp" // kernels/: declarations of the launches
 #include "dcpp/cuda/memory.hpp"
 #include "dcpp/error.hpp"
+#include "dcpp/kernels/attention/ring_attention_launch.hpp" // kernels/: declarations of the launches
 
 namespace dcpp {
 

@@ -14,10 +14,10 @@
 #include <fmt/format.h>
 
 #include "dcpp/comm/communicator.hpp"
-#include "dcpp/conv/causal_conv1d.hpp" // kernels/dcpp/conv/causal_conv1d.hpp: the kernel bodies
 #include "dcpp/core/math.hpp"
 #include "dcpp/core/zigzag.hpp"
 #include "dcpp/error.hpp"
+#include "dcpp/kernels/conv/causal_conv1d.hpp" // kernels/dcpp/kernels/conv/causal_conv1d.hpp: the kernel bodies
 #include "dcpp/route/fields.hpp"
 #include "dcpp/simt/host_launcher.hpp"
 

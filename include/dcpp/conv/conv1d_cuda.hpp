@@ -12,11 +12,11 @@
 #include <span>
 #include <vector>
 
-#include "dcpp/attention/ring_attention_launch.hpp" // kernels::partition_gather (a row gather)
 #include "dcpp/comm/communicator.hpp"
-#include "dcpp/conv/causal_conv1d_launch.hpp"
 #include "dcpp/conv/conv1d.hpp"
 #include "dcpp/cuda/memory.hpp"
+#include "dcpp/kernels/attention/ring_attention_launch.hpp" // kernels::partition_gather (a row gather)
+#include "dcpp/kernels/conv/causal_conv1d_launch.hpp"
 
 namespace dcpp {
 

@@ -1,6 +1,6 @@
 // dcpp's SIMT layer, the part every kernel body sees (device-safe): index types and the
 // collective helpers written once against any execution context. A context is either
-// `simt::cuda_context` (kernels/dcpp/simt/cuda_context.cuh, real hardware) or
+// `simt::cuda_context` (kernels/dcpp/kernels/simt/cuda_context.cuh, real hardware) or
 // `simt::host_context` (include/dcpp/simt/host_launcher.hpp, the CPU launcher of the tests).
 //
 // A context provides, for the calling thread:

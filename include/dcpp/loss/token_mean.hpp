@@ -1,5 +1,5 @@
 // The exact global per-token loss mean: the loss-token reduction kernels run on the CPU through
-// the host launcher (CUDA: kernels/dcpp/loss/token_reduce.cuh), then one all-reduce of the
+// the host launcher (CUDA: kernels/dcpp/kernels/loss/token_reduce.cuh), then one all-reduce of the
 // rank's [sums..., counts...] through the communicator.
 #pragma once
 
@@ -11,7 +11,7 @@
 
 #include "dcpp/comm/communicator.hpp"
 #include "dcpp/error.hpp"
-#include "dcpp/loss/token_reduce.hpp"
+#include "dcpp/kernels/loss/token_reduce.hpp"
 #include "dcpp/simt/host_launcher.hpp"
 
 namespace dcpp {

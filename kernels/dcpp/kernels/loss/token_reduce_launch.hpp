@@ -1,11 +1,11 @@
 // Declaration of the CUDA launch of the loss-token reduction (defined in token_reduce.cuh) for
 // C++ translation units; instantiated in Meson's `dcpp_cuda_kernels`
-// (kernels/dcpp/loss/token_reduce_instances.cu: fp32 losses, fp64 or fp32 accumulation).
+// (kernels/dcpp/kernels/loss/token_reduce_instances.cu: fp32 losses, fp64 or fp32 accumulation).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include "dcpp/loss/token_reduce.hpp"
+#include "dcpp/kernels/loss/token_reduce.hpp"
 
 namespace dcpp::kernels {
 

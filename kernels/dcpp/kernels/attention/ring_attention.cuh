@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-#include "dcpp/attention/ring_attention.hpp"
-#include "dcpp/attention/ring_attention_launch.hpp"
-#include "dcpp/simt/cuda_context.cuh"
+#include "dcpp/kernels/attention/ring_attention.hpp"
+#include "dcpp/kernels/attention/ring_attention_launch.hpp"
+#include "dcpp/kernels/simt/cuda_context.cuh"
 
 namespace dcpp::kernels {
 

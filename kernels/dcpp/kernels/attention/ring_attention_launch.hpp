@@ -1,14 +1,14 @@
 // Declarations of the CUDA launches of THD ring attention (defined in ring_attention.cuh), so
 // that C++ translation units (the device ring in dcpp/attention/ring_cuda.hpp) can call them
 // without nvcc. Link one translation unit compiled by nvcc that instantiates them:
-// kernels/dcpp/attention/ring_attention_instances.cu (every head shape and input type).
+// kernels/dcpp/kernels/attention/ring_attention_instances.cu (every head shape and input type).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
-#include "dcpp/attention/ring_attention.hpp"
+#include "dcpp/kernels/attention/ring_attention.hpp"
 
 namespace dcpp::kernels {
 

@@ -2,7 +2,7 @@
 // (64, 96, 128, 192, 256, and MLA's 192/128) and every input type (fp32, fp16, bf16): compile this
 // file with nvcc into any program that uses the device ring (dcpp/attention/ring_cuda.hpp); Meson
 // builds it as `dcpp_cuda_kernels`.
-#include "dcpp/attention/ring_attention.cuh"
+#include "dcpp/kernels/attention/ring_attention.cuh"
 
 namespace dcpp::kernels {
 

@@ -1,14 +1,14 @@
 // Declarations of the CUDA launches of the causal conv1d (defined in causal_conv1d.cuh) and of
 // the row gather-sum, so that C++ translation units can call them without nvcc. Link one
 // translation unit compiled by nvcc that instantiates them: Meson's `dcpp_cuda_kernels`
-// (kernels/dcpp/conv/causal_conv1d_instances.cu: widths 2-4, fp32/fp16/bf16).
+// (kernels/dcpp/kernels/conv/causal_conv1d_instances.cu: widths 2-4, fp32/fp16/bf16).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
-#include "dcpp/conv/causal_conv1d.hpp"
+#include "dcpp/kernels/conv/causal_conv1d.hpp"
 
 namespace dcpp::kernels {
 

@@ -1,7 +1,7 @@
 // The CUDA launches of the causal conv1d (widths 2-4; fp32, fp16, bf16) and of the row
 // gather-sum, compiled once by nvcc into Meson's `dcpp_cuda_kernels` for C++ callers
 // (declarations: causal_conv1d_launch.hpp).
-#include "dcpp/conv/causal_conv1d.cuh"
+#include "dcpp/kernels/conv/causal_conv1d.cuh"
 
 namespace dcpp::kernels {
 

@@ -3,7 +3,7 @@
 // forward and backward (the halo rows' gradients, dx, dw and db through a two-pass reduction).
 // No tap crosses a sequence boundary; a segment that starts inside a sequence (a zigzag chunk of
 // a context-parallel sample) reads the W-1 tokens before it from a halo buffer.
-// Wrapped for CUDA in causal_conv1d.cuh, run on the CPU by dcpp/conv/causal_conv1d.hpp.
+// Wrapped for CUDA in causal_conv1d.cuh, run on the CPU by dcpp/kernels/conv/causal_conv1d.hpp.
 #pragma once
 
 #include <cmath>

@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-#include "dcpp/conv/causal_conv1d.hpp"
-#include "dcpp/conv/causal_conv1d_launch.hpp"
-#include "dcpp/simt/cuda_context.cuh"
+#include "dcpp/kernels/conv/causal_conv1d.hpp"
+#include "dcpp/kernels/conv/causal_conv1d_launch.hpp"
+#include "dcpp/kernels/simt/cuda_context.cuh"
 
 namespace dcpp::kernels {
 

@@ -4,9 +4,9 @@
 
 #include <cuda_runtime.h>
 
-#include "dcpp/loss/token_reduce.hpp"
-#include "dcpp/loss/token_reduce_launch.hpp"
-#include "dcpp/simt/cuda_context.cuh"
+#include "dcpp/kernels/loss/token_reduce.hpp"
+#include "dcpp/kernels/loss/token_reduce_launch.hpp"
+#include "dcpp/kernels/simt/cuda_context.cuh"
 
 namespace dcpp::kernels {
 

@@ -1,6 +1,6 @@
 // The CUDA launch of the loss-token reduction for fp32 losses (fp64 and fp32 accumulation),
 // compiled once by nvcc into Meson's `dcpp_cuda_kernels` (declaration: token_reduce_launch.hpp).
-#include "dcpp/loss/token_reduce.cuh"
+#include "dcpp/kernels/loss/token_reduce.cuh"
 
 namespace dcpp::kernels {
 
