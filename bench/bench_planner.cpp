@@ -118,6 +118,9 @@ int main(int argc, char** argv) {
   app.add_flag("--strict", strict, "exit 1 if balanced misses a target");
   app.add_option("--filter", filter,
                  "only the workloads whose name contains this text (e.g. /1024, long_tail/48)");
+  std::string topology_name = "aligned";
+  app.add_option("--topology", topology_name, "group topology of every case")
+      ->check(CLI::IsMember({"aligned", "contiguous"}));
   CLI11_PARSE(app, argc, argv);
 
   const auto estimator = transformer_cost::from_preset(estimator_name);
@@ -129,6 +132,9 @@ int main(int argc, char** argv) {
   const auto keep = [&](std::vector<bench_case> cases) {
     std::erase_if(cases,
                   [&](const bench_case& c) { return c.name.find(filter) == std::string::npos; });
+    for (auto& c : cases)
+      c.options.group_topology =
+          topology_name == "contiguous" ? topology::contiguous : topology::aligned;
     return cases;
   };
   const auto generated = keep(generated_cases(quick));

@@ -37,7 +37,7 @@ bool quick() {
 }
 
 //! Samples from which a run skips megatron_greedy in the contiguous topology: on 65,536 samples
-//! and 1,024 ranks it takes 140-215 s there (it tries every CP size from 1 to 1,024 for every
+//! and 1,024 ranks it takes 140-315 s there (it tries every CP size from 1 to 1,024 for every
 //! sample; aligned, 11 sizes: 4 s), too long for a test.
 constexpr std::size_t megatron_contiguous_limit = 10000;
 
