@@ -221,6 +221,8 @@ def main():
                     key = (loop_stats["hmma"], -loop_stats["insns"])
                     if best is not None and key[0] == best[0][0]:
                         masked_insns = max(masked_insns or 0, -min(key[1], best[0][1]))
+                    elif best is not None and key[0] > best[0][0]:
+                        masked_insns = None  # a twin of a loop that is no longer the main one
                     if best is None or key > best[0]:
                         best = (key, loop_stats, loop_widths)
                 u = usage.get(mangled, {})
