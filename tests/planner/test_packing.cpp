@@ -303,10 +303,10 @@ TEST_CASE("balanced: each construction alone runs, and the megatron plan is the 
     const dcpp::plan_options o = options_for(48, 8192);
     const auto lengths = w::long_tail(600, seed);
     const auto only = [&](std::uint32_t bits,
-                          std::int64_t variants_limit = B{}.levelled_variants_limit) {
+                          std::int64_t variants_limit = B{}.tuning.levelled_variants_limit) {
       B b;
       b.constructions = bits;
-      b.levelled_variants_limit = variants_limit;
+      b.tuning.levelled_variants_limit = variants_limit;
       auto p = run<B>(o, lengths, dcpp::transformer_cost{}, b);
       check_invariants(p, o);
       return p;
@@ -335,34 +335,6 @@ TEST_CASE("balanced: each construction alone runs, and the megatron plan is the 
   CHECK(static_differs >= 1);
 }
 
-TEST_CASE("balanced: ending levelled rounds early changes no plan") {
-  // Built so that the early end fires: four samples of ~120K tokens need 16 ranks each and fill
-  // the 64 ranks of the first round with groups that keep some token room, which the 3,001 short
-  // samples after them cannot use (on 16 ranks they would cost far more than 5% extra area); a
-  // full scan visits every short sample for nothing. Seeded long-tail batches besides.
-  std::vector<std::int64_t> crafted = {121000, 119000, 118000, 117000};
-  w::rng r(41);
-  for (int i = 0; i < 3001; ++i)
-    crafted.push_back(r.uniform_int(200, 900));
-  std::vector<std::pair<dcpp::plan_options, std::vector<std::int64_t>>> cases;
-  dcpp::plan_options o = options_for(64, 8192);
-  cases.emplace_back(o, crafted);
-  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
-    o.world_size = seed == 2 ? 96 : 128;
-    o.group_topology = seed == 3 ? dcpp::topology::contiguous : dcpp::topology::aligned;
-    cases.emplace_back(o, w::long_tail(32 * static_cast<std::size_t>(o.world_size), seed));
-  }
-  for (const auto& [options, lengths] : cases) {
-    CAPTURE(options.world_size);
-    dcpp::balanced full;
-    full.end_rounds_early = false;
-    const auto a = run<dcpp::balanced>(options, lengths, dcpp::transformer_cost{}, full);
-    const auto b = run<dcpp::balanced>(options, lengths, dcpp::transformer_cost{});
-    check_invariants(b, options);
-    CHECK(a.microbatches == b.microbatches);
-  }
-}
-
 namespace {
 // The benchmark's long-tail batch on 48 ranks (seed `seed`) planned by `without` (a part of
 // balanced turned off) and by the default; the default's plan is valid and never slower.
@@ -383,7 +355,7 @@ TEST_CASE("balanced: the levelled variants (0% and 10% area reach) keep the best
   // the plan kept is never slower than with the 5% reach alone, and on long-tail batches on 48
   // ranks it is often much faster (the benchmark's long_tail/48/s1: 0.954 -> 0.985)
   dcpp::balanced single;
-  single.levelled_variants_limit = 0;
+  single.tuning.levelled_variants_limit = 0;
   std::size_t better = 0;
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     CAPTURE(seed);
@@ -398,7 +370,7 @@ TEST_CASE("balanced: the heavy-sample variant keeps the best plan and lifts long
   // and the benchmark's long_tail/48/s2 (two 128K samples that the other variants stack in one
   // 32-rank group) goes from under 0.97 to over it
   dcpp::balanced without;
-  without.heavy_share = 0;
+  without.tuning.heavy_share = 0;
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     CAPTURE(seed);
     const auto [a, b] = long_tail_48_without(without, seed);

@@ -102,6 +102,20 @@ public:
     return index;
   }
 
+  //! Frees group g's ranks and empties it; the group keeps its index with `cp` 0 (a closed
+  //! group: `compact` drops it, `to_plan` skips it).
+  void close(std::int32_t g) {
+    auto& grp = groups_[static_cast<std::size_t>(g)];
+    for (std::int32_t r = grp.first_rank; r < grp.first_rank + grp.cp; ++r)
+      owner_[static_cast<std::size_t>(r)] = -1;
+    free_ += grp.cp;
+    lowest_free_ = std::min(lowest_free_, grp.first_rank);
+    grp.cp = 0;
+    grp.tokens = 0;
+    grp.load = 0;
+    grp.samples.clear();
+  }
+
   void add(std::int32_t g, std::int32_t sample, std::int64_t tokens, double cost) {
     auto& grp = groups_[static_cast<std::size_t>(g)];
     grp.samples.push_back(sample);
@@ -120,6 +134,7 @@ public:
   //! powers of two laid out in descending order land on aligned offsets; contiguous groups
   //! need no alignment. Free ranks end up as one run at the top.
   void compact() {
+    std::erase_if(groups_, [](const group& g) { return g.cp == 0; });
     std::stable_sort(groups_.begin(), groups_.end(),
                      [](const group& a, const group& b) { return a.cp > b.cp; });
     std::fill(owner_.begin(), owner_.end(), -1);

@@ -1,0 +1,72 @@
+// The costs the balanced portfolio reads, through one view whether or not the problem holds a
+// cost table: samples of one length share a row (with a table, its row; without one, every
+// sample is a row of its own), so each algorithm has one code path that works per row.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "dcpp/planner/costs.hpp"
+#include "dcpp/planner/estimator.hpp"
+#include "dcpp/planner/options.hpp"
+
+namespace dcpp::detail {
+
+//! Read-only view of a problem's costs and token counts for the balanced portfolio.
+//! * Rows: `rows()` of them, `row_of(s)` the row of sample s, `first_sample(r)` the first
+//!   sample of row r (rows are numbered by first occurrence, so first samples ascend);
+//! * `row_cost(r, cp)`: the estimator's cost of row r's length at a size at or above its
+//!   smallest (the table entry, or the estimator: the same bits);
+//! * `cost(s, cp)`, `tokens(s, cp)`: per sample, any legal size.
+template <workload_estimator Estimator>
+class cost_rows {
+public:
+  cost_rows(const problem& pr, const Estimator& estimator) noexcept
+      : pr_(pr), estimator_(estimator), table_(!pr.cost_row.empty()) {}
+
+  [[nodiscard]] const problem& batch() const noexcept { return pr_; }
+  [[nodiscard]] const Estimator& estimator() const noexcept { return estimator_; }
+  [[nodiscard]] const plan_options& options() const noexcept { return pr_.options; }
+  [[nodiscard]] std::int32_t samples() const noexcept {
+    return static_cast<std::int32_t>(pr_.size());
+  }
+  [[nodiscard]] std::int32_t world() const noexcept { return pr_.options.world_size; }
+  [[nodiscard]] std::int64_t budget() const noexcept { return pr_.options.max_tokens_per_rank; }
+  //! Number of legal CP sizes; `size_index(cp)` is a legal size's position among them.
+  [[nodiscard]] std::size_t sizes() const noexcept { return pr_.cp_sizes.size(); }
+  [[nodiscard]] std::size_t size_index(std::int32_t cp) const {
+    const std::int32_t index = pr_.level_of_cp[static_cast<std::size_t>(cp)];
+    DCPP_EXPECTS(index >= 0);
+    return static_cast<std::size_t>(index);
+  }
+
+  [[nodiscard]] std::size_t rows() const noexcept {
+    return table_ ? pr_.row_sample.size() : pr_.size();
+  }
+  [[nodiscard]] std::int32_t row_of(std::int32_t s) const noexcept {
+    return table_ ? pr_.cost_row[static_cast<std::size_t>(s)] : s;
+  }
+  [[nodiscard]] std::int32_t first_sample(std::size_t row) const noexcept {
+    return table_ ? pr_.row_sample[row] : static_cast<std::int32_t>(row);
+  }
+  [[nodiscard]] double row_cost(std::int32_t row, std::int32_t cp) const {
+    if (table_)
+      return pr_.costs[static_cast<std::size_t>(row) * pr_.cp_sizes.size() + size_index(cp)];
+    return static_cast<double>(estimator_.cost(pr_.lengths[static_cast<std::size_t>(row)], cp));
+  }
+
+  [[nodiscard]] double cost(std::int32_t s, std::int32_t cp) const {
+    return sample_cost(pr_, estimator_, static_cast<std::size_t>(s), cp);
+  }
+  [[nodiscard]] std::int64_t tokens(std::int32_t s, std::int32_t cp) const {
+    return pr_.rank_tokens(static_cast<std::size_t>(s), cp);
+  }
+  [[nodiscard]] double overhead() const { return microbatch_overhead(estimator_); }
+
+private:
+  const problem& pr_;
+  const Estimator& estimator_;
+  bool table_;
+};
+
+} // namespace dcpp::detail

@@ -1,0 +1,143 @@
+// CP sizes for the balanced portfolio: each sample's ladder of sizes, the least-area choice the
+// constructions start from, the round count that choice needs at least, and the raise toward
+// a per-rank target that the targeted construction works with.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "dcpp/core/math.hpp"
+#include "dcpp/planner/packing/balanced/cost_rows.hpp"
+#include "dcpp/planner/packing/balanced/tuning.hpp"
+
+namespace dcpp::detail {
+
+//! CP sizes a sample may use: from `first` (its smallest), doubling while at most `last` (all
+//! legal sizes in the aligned topology; a geometric ladder in the contiguous one). A range, so
+//! that walking it allocates nothing.
+struct cp_ladder {
+  struct iterator {
+    std::int64_t cp;
+    std::int32_t operator*() const { return static_cast<std::int32_t>(cp); }
+    iterator& operator++() {
+      cp *= 2;
+      return *this;
+    }
+    bool operator!=(const iterator& other) const { return cp <= other.cp; }
+  };
+  std::int64_t first;
+  std::int64_t last;
+  [[nodiscard]] iterator begin() const { return {first}; }
+  [[nodiscard]] iterator end() const { return {last}; }
+};
+
+//! Sample s's ladder: from its smallest legal size to the largest.
+[[nodiscard]] inline cp_ladder ladder(const problem& pr, std::int32_t s) {
+  return {pr.min_cp_of[static_cast<std::size_t>(s)], pr.options.effective_max_cp()};
+}
+
+//! A CP size per sample and the sample's cost there.
+struct sample_sizes {
+  std::vector<std::int32_t> cp;
+  std::vector<double> cost;
+};
+
+//! Per sample, the size on its ladder with the least rank area `cost x cp` (a larger size only
+//! for a real saving: `tuning.area_noise`). Worked out once per cost row.
+template <class Estimator>
+[[nodiscard]] sample_sizes least_area_sizes(const cost_rows<Estimator>& costs,
+                                            const balanced_tuning& tuning) {
+  const problem& pr = costs.batch();
+  std::vector<std::pair<std::int32_t, double>> by_row(costs.rows());
+  for (std::size_t r = 0; r < by_row.size(); ++r) {
+    const std::int32_t first = costs.first_sample(r);
+    const auto row = static_cast<std::int32_t>(r);
+    std::pair<std::int32_t, double> pick{pr.min_cp_of[static_cast<std::size_t>(first)],
+                                         std::numeric_limits<double>::infinity()};
+    double best = std::numeric_limits<double>::infinity();
+    for (const std::int32_t c : ladder(pr, first)) {
+      const double w = costs.row_cost(row, c);
+      if (w * c < best * tuning.area_noise) {
+        best = w * c;
+        pick = {c, w};
+      }
+    }
+    by_row[r] = pick;
+  }
+  sample_sizes out;
+  out.cp.resize(pr.size());
+  out.cost.resize(pr.size());
+  for (std::int32_t s = 0; s < costs.samples(); ++s) {
+    const auto us = static_cast<std::size_t>(s);
+    std::tie(out.cp[us], out.cost[us]) = by_row[static_cast<std::size_t>(costs.row_of(s))];
+  }
+  return out;
+}
+
+//! The fewest rounds that hold the samples at `sizes`: their rank tokens over the world's
+//! budget, and the tokens of samples on more than half the world (two such groups never share
+//! a round), rounded up to the micro-batch multiple.
+template <class Estimator>
+[[nodiscard]] std::int32_t token_lower_bound(const cost_rows<Estimator>& costs,
+                                             const sample_sizes& sizes) {
+  const std::int32_t world = costs.world();
+  std::int64_t rank_tokens = 0;
+  std::int64_t wide_tokens = 0;
+  for (std::int32_t s = 0; s < costs.samples(); ++s) {
+    const auto c = sizes.cp[static_cast<std::size_t>(s)];
+    rank_tokens += costs.tokens(s, c) * c;
+    if (2 * c > world)
+      wide_tokens += costs.tokens(s, c);
+  }
+  const std::int64_t k =
+      std::max({std::int64_t{1}, ceil_div(rank_tokens, std::int64_t{world} * costs.budget()),
+                ceil_div(wide_tokens, costs.budget())});
+  return round_up(static_cast<std::int32_t>(k), costs.options().microbatch_multiple);
+}
+
+//! Raises samples costlier than the per-rank target `area / (world x rounds)` to the smallest
+//! larger size that brings them within it (or the cheapest on their ladder), a few passes (the
+//! target falls as sizes rise). Returns the last target.
+template <class Estimator>
+double raise_toward_target(sample_sizes& sizes, const cost_rows<Estimator>& costs,
+                           std::int32_t rounds, const balanced_tuning& tuning) {
+  double target = 0;
+  for (std::int32_t pass = 0; pass < tuning.raise_passes; ++pass) {
+    double area = 0;
+    for (std::int32_t s = 0; s < costs.samples(); ++s)
+      area += sizes.cost[static_cast<std::size_t>(s)] * sizes.cp[static_cast<std::size_t>(s)];
+    target = area / (static_cast<double>(costs.world()) * rounds);
+    bool changed = false;
+    for (std::int32_t s = 0; s < costs.samples(); ++s) {
+      const auto us = static_cast<std::size_t>(s);
+      if (sizes.cost[us] <= target)
+        continue;
+      std::int32_t pick = sizes.cp[us];
+      double pick_cost = sizes.cost[us];
+      for (const std::int32_t c : ladder(costs.batch(), s)) {
+        if (c <= sizes.cp[us])
+          continue;
+        const double w = costs.cost(s, c);
+        if (w < pick_cost) {
+          pick = c;
+          pick_cost = w;
+        }
+        if (w <= target)
+          break;
+      }
+      if (pick != sizes.cp[us]) {
+        sizes.cp[us] = pick;
+        sizes.cost[us] = pick_cost;
+        changed = true;
+      }
+    }
+    if (!changed)
+      break;
+  }
+  return target;
+}
+
+} // namespace dcpp::detail

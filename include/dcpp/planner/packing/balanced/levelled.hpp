@@ -1,0 +1,346 @@
+// The levelled construction: rounds built one after another from the samples sorted by work per
+// token, each round filled to the token budget, longest processing time first, onto its groups.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "dcpp/planner/packing.hpp"
+#include "dcpp/planner/packing/balanced/assignment.hpp"
+#include "dcpp/planner/packing/balanced/cost_rows.hpp"
+#include "dcpp/planner/packing/balanced/cp_sizes.hpp"
+#include "dcpp/planner/packing/balanced/indexed_heap.hpp"
+#include "dcpp/planner/packing/balanced/tuning.hpp"
+#include "dcpp/planner/sort.hpp"
+
+namespace dcpp::detail {
+
+//! One sample as the levelled construction sees it, stored in the order it visits them
+//! (descending work per token): a round's scan reads these one after another instead of
+//! fetching each sample's fields from arrays indexed by sample id (those random fetches were a
+//! third of the construction's cycles on 65,536 samples).
+struct levelled_slot {
+  double cost = 0;      // at `cp`
+  double per_token = 0; // work per rank token at the least-area size
+  std::int64_t length = 0;
+  std::int64_t tokens = 0; // per rank at `cp`
+  std::int32_t id = 0;
+  std::int32_t row = 0; // cost row
+  std::int32_t cp = 1;
+  std::int32_t min_cp = 1;
+  std::int32_t reach_from = 0; // the size `reach` was worked out from (0: not yet)
+  std::int32_t reach = 0;      // the largest size its search looks at from `reach_from`
+};
+
+//! What every levelled run starts from: the samples at the least-area sizes, by work per token.
+struct levelled_start {
+  std::vector<levelled_slot> slots; // descending work per token, then descending length, then id
+  std::int64_t min_tokens = 0;      // the fewest rank tokens of any sample
+  std::int64_t rank_tokens = 0;     // sum of rank tokens x CP size
+};
+
+//! The start at `sizes` (which give every sample of a cost row the same size). Worked out and
+//! sorted once per row; each row's samples then follow in ascending id, which is where a sort of
+//! every sample by (key, id) puts them (rows differ in length, so in key).
+template <class Estimator>
+[[nodiscard]] levelled_start levelled_inputs(const cost_rows<Estimator>& costs,
+                                             const sample_sizes& sizes) {
+  const problem& pr = costs.batch();
+  const std::size_t rows = costs.rows();
+  levelled_start out;
+  out.min_tokens = costs.budget();
+  std::vector<double> row_per_token(rows);
+  std::vector<std::int64_t> row_tokens(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::int32_t first = costs.first_sample(r);
+    const auto uf = static_cast<std::size_t>(first);
+    row_tokens[r] = costs.tokens(first, sizes.cp[uf]);
+    row_per_token[r] = sizes.cost[uf] / static_cast<double>(row_tokens[r]);
+    out.min_tokens = std::min(out.min_tokens, row_tokens[r]);
+  }
+  // the samples of each row, ascending (a counting sort by row)
+  std::vector<std::int32_t> start(rows + 1, 0);
+  for (std::int32_t s = 0; s < costs.samples(); ++s) {
+    const auto us = static_cast<std::size_t>(s);
+    const auto r = static_cast<std::size_t>(costs.row_of(s));
+    DCPP_EXPECTS(sizes.cp[us] == sizes.cp[static_cast<std::size_t>(costs.first_sample(r))]);
+    ++start[r + 1];
+    out.rank_tokens += row_tokens[r] * sizes.cp[us];
+  }
+  for (std::size_t r = 0; r < rows; ++r)
+    start[r + 1] += start[r];
+  std::vector<std::int32_t> members(pr.size());
+  std::vector<std::int32_t> next(start.begin(), start.end() - 1);
+  for (std::int32_t s = 0; s < costs.samples(); ++s)
+    members[static_cast<std::size_t>(next[static_cast<std::size_t>(costs.row_of(s))]++)] = s;
+  std::vector<std::int32_t> firsts(rows);
+  for (std::size_t r = 0; r < rows; ++r)
+    firsts[r] = costs.first_sample(r);
+  sort_ids_by_key(firsts, [&](std::int32_t a) {
+    const auto r = static_cast<std::size_t>(costs.row_of(a));
+    return std::pair(-row_per_token[r], -pr.lengths[static_cast<std::size_t>(a)]);
+  });
+  out.slots.resize(pr.size());
+  std::size_t k = 0;
+  for (const std::int32_t f : firsts) {
+    const std::int32_t r = costs.row_of(f);
+    const auto ur = static_cast<std::size_t>(r);
+    for (auto m = start[ur]; m < start[ur + 1]; ++m) {
+      const std::int32_t s = members[static_cast<std::size_t>(m)];
+      const auto us = static_cast<std::size_t>(s);
+      levelled_slot& x = out.slots[k++];
+      x.cost = sizes.cost[us];
+      x.per_token = row_per_token[ur];
+      x.row = r;
+      x.length = pr.lengths[us];
+      x.id = s;
+      x.cp = sizes.cp[us];
+      x.tokens = row_tokens[ur];
+      x.min_cp = pr.min_cp_of[us];
+    }
+  }
+  return out;
+}
+
+//! How one levelled run reaches for larger groups.
+struct levelled_reach {
+  //! A sample joins a group of a larger size where it costs at most this factor of its area.
+  double area = 1.05;
+  //! A sample costing more than this share of its round's level joins no group (it opens one
+  //! on free ranks or waits for the next round); 0: off.
+  double heavy_share = 0;
+  //! End a round once no sample left can join it (checked after long runs of misses) instead
+  //! of scanning the rest: the same rounds, faster (false only to prove that in a test).
+  bool end_rounds_early = true;
+};
+
+namespace levelled_detail {
+
+//! Moves slot x to a larger CP size when its cost exceeds `level` and a larger group brings it
+//! to the level (or as close as the ladder goes) for at most `tuning.raise_area` more rank area.
+//! Each step up may leave `(new cp - old cp) x budget` rank tokens unused: it is paid from
+//! `spare_tokens`, the rank tokens the allowed rounds hold beyond what the samples need.
+template <class Estimator>
+void raise_to_level(levelled_slot& x, double level, std::int64_t& spare_tokens,
+                    const cost_rows<Estimator>& costs, const balanced_tuning& tuning) {
+  if (x.cost <= level)
+    return;
+  const double area = x.cost * x.cp;
+  for (const std::int32_t c : cp_ladder{x.min_cp, costs.options().effective_max_cp()}) {
+    if (c <= x.cp)
+      continue;
+    const double w = costs.row_cost(x.row, c);
+    const std::int64_t price = std::int64_t{c - x.cp} * costs.budget();
+    if (w * c > tuning.raise_area * area || w >= x.cost || price > spare_tokens)
+      break;
+    spare_tokens -= price;
+    x.cp = c;
+    x.cost = w;
+    x.tokens = tokens_per_rank(costs.options(), x.length, c);
+    if (w <= level)
+      break;
+  }
+}
+
+} // namespace levelled_detail
+
+//! The levelled construction. Rounds one after another from `slots` (a copy of `start.slots`,
+//! or those themselves): each sample opens a group on free ranks while there are some, then
+//! joins the least-loaded group with token room of its CP size or of a larger one within the
+//! reach, or waits for the next round. Samples above the round's level first spread over larger
+//! groups (paid from the spare rank tokens of `rounds_allowed` rounds). The round count is then
+//! raised to the micro-batch multiple by splitting rounds.
+template <class Estimator>
+[[nodiscard]] assignment<Estimator>
+levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
+         const levelled_start& start, std::int64_t rounds_allowed, const levelled_reach& reach,
+         const balanced_tuning& tuning) {
+  const plan_options& o = costs.options();
+  const std::int32_t world = costs.world();
+  const std::int64_t budget = costs.budget();
+  const std::int32_t max_cp = o.effective_max_cp();
+  // positions in `slots` of the samples not placed yet, in order
+  std::vector<std::int32_t> remaining(slots.size());
+  std::iota(remaining.begin(), remaining.end(), 0);
+  const std::int64_t min_tokens = start.min_tokens;
+  std::int64_t spare_tokens = rounds_allowed * world * budget - start.rank_tokens;
+  std::vector<microbatch_state> rounds;
+  const std::size_t sizes = costs.sizes();
+  // per CP size: (load, group of the round) and (tokens, group)
+  std::vector<indexed_heap<double>> by_load(sizes);
+  std::vector<indexed_heap<std::int64_t>> by_tokens(sizes);
+  // A quick, exact "no" for a sample that fits no group of the round (most visits of a full
+  // round): per CP size the most token room of any group (-1: none; rooms only shrink in a
+  // round), and per sample the largest size its search would look at (the area limit), worked
+  // out once per (sample, size).
+  std::vector<std::int64_t> room(sizes, -1);
+  const auto cost_at = [&](const levelled_slot& x, std::int32_t c) {
+    return costs.row_cost(x.row, c);
+  };
+  const auto tokens_at = [&](const levelled_slot& x, std::int32_t c) {
+    return tokens_per_rank(o, x.length, c);
+  };
+  // the largest size x's search looks at from size c (cached in the slot)
+  const auto reach_of = [&](levelled_slot& x, std::int32_t c) {
+    if (x.reach_from != c) {
+      const double area = x.cost * c;
+      std::int32_t r = c;
+      for (const std::int32_t c2 : cp_ladder{std::int64_t{c} * 2, max_cp}) {
+        if (cost_at(x, c2) * c2 > reach.area * area)
+          break;
+        r = c2;
+      }
+      x.reach_from = c;
+      x.reach = r;
+    }
+    return x.reach;
+  };
+  // at x's size or a larger one of its search (the doublings from x.cp are its ladder's sizes
+  // from there on)
+  const auto fits_somewhere = [&](levelled_slot& x) {
+    for (const std::int32_t c2 : cp_ladder{x.cp, reach_of(x, x.cp)})
+      if (room[costs.size_index(c2)] >= (c2 == x.cp ? x.tokens : tokens_at(x, c2)))
+        return true;
+    return false;
+  };
+  std::vector<std::int32_t> deferred;
+  while (!remaining.empty()) {
+    microbatch_state mb(world);
+    const auto tokens_of = [&mb](std::int32_t id) {
+      return mb.groups()[static_cast<std::size_t>(id)].tokens;
+    };
+    for (std::size_t l = 0; l < sizes; ++l) {
+      by_load[l].clear();
+      by_tokens[l].clear();
+      room[l] = -1;
+    }
+    deferred.clear();
+    // the round's level: what a rank full of tokens costs at the token-weighted mean work per
+    // token of the samples that would fill this round
+    double level_cost = 0;
+    {
+      const std::int64_t capacity = std::int64_t{world} * budget;
+      std::int64_t filled = 0;
+      double work = 0;
+      for (std::size_t k = 0; k < remaining.size() && filled < capacity; ++k) {
+        const levelled_slot& x = slots[static_cast<std::size_t>(remaining[k])];
+        const std::int64_t t = x.tokens * x.cp;
+        filled += t;
+        work += x.per_token * static_cast<double>(t);
+      }
+      level_cost = work / static_cast<double>(filled) * static_cast<double>(budget);
+    }
+    const auto room_left = [&] {
+      for (std::size_t l = 0; l < sizes; ++l)
+        if (const auto t = by_tokens[l].top(); t && budget - t->first >= min_tokens)
+          return true;
+      return false;
+    };
+    // A round without free ranks whose groups have room only for samples that cannot reach
+    // them (too small for a large group's area limit) would otherwise be scanned to the end for
+    // nothing. After a long run of misses the rest is checked from its end, where the smallest
+    // samples are: the round ends when no sample from position i on is due a raise and none
+    // fits a group at a size its search includes, i.e. when a full scan would defer exactly
+    // those samples and change nothing else. The check stops at the first sample that may fit.
+    std::size_t next_check = 0;
+    const auto exhausted = [&](std::size_t i, std::int32_t run, double round_max) {
+      const std::size_t rest = remaining.size() - i;
+      const auto fraction = static_cast<std::size_t>(tuning.early_end_fraction);
+      if (!reach.end_rounds_early || run < tuning.early_end_misses ||
+          static_cast<std::size_t>(run) * fraction < rest || i < next_check)
+        return false;
+      next_check = i + rest / fraction;
+      const double level = std::max(level_cost, round_max);
+      for (std::size_t j = remaining.size(); j-- > i;) {
+        levelled_slot& x = slots[static_cast<std::size_t>(remaining[j])];
+        if (x.cost > level || fits_somewhere(x))
+          return false;
+      }
+      return true;
+    };
+    std::int32_t misses = 0;
+    double round_max = 0;
+    for (std::size_t i = 0; i < remaining.size(); ++i) {
+      // a full round: no free ranks and no group with room for the smallest sample
+      if (misses > 0 && misses % tuning.full_round_check_every == 0 && mb.free_ranks() == 0) {
+        if (!room_left() || exhausted(i, misses, round_max)) {
+          deferred.insert(deferred.end(), remaining.begin() + static_cast<std::ptrdiff_t>(i),
+                          remaining.end());
+          break;
+        }
+      }
+      levelled_slot& x = slots[static_cast<std::size_t>(remaining[i])];
+      const double level = std::max(level_cost, round_max);
+      levelled_detail::raise_to_level(x, level, spare_tokens, costs, tuning);
+      const std::int32_t c = x.cp;
+      std::int32_t chosen = -1;
+      std::int32_t chosen_cp = c;
+      if (const auto first = mb.free_block(o, c)) {
+        chosen = mb.open(*first, c);
+      } else if (!(reach.heavy_share > 0 && x.cost > reach.heavy_share * level) &&
+                 fits_somewhere(x)) {
+        // the least-loaded group with token room (among the first few by load, else the one
+        // with the most room), of this size or of a larger one within the reach (up to x.reach,
+        // which fits_somewhere has worked out)
+        double best = std::numeric_limits<double>::infinity();
+        for (const std::int32_t c2 : cp_ladder{c, x.reach}) {
+          const double w2 = c2 == c ? x.cost : cost_at(x, c2);
+          const std::int64_t t2 = c2 == c ? x.tokens : tokens_at(x, c2);
+          const std::size_t l = costs.size_index(c2);
+          const auto roomiest = by_tokens[l].top();
+          if (!roomiest || roomiest->first + t2 > budget)
+            continue;
+          std::int32_t found = roomiest->second;
+          by_load[l].visit(tuning.candidates_per_size, [&](const auto& e) {
+            if (tokens_of(e.second) + t2 > budget)
+              return false;
+            found = e.second;
+            return true;
+          });
+          const double load = mb.groups()[static_cast<std::size_t>(found)].load + w2;
+          if (load < best) {
+            best = load;
+            chosen = found;
+            chosen_cp = c2;
+          }
+        }
+      }
+      if (chosen < 0) {
+        ++misses;
+        deferred.push_back(remaining[i]);
+        continue;
+      }
+      misses = 0;
+      if (chosen_cp != c) {
+        x.cp = chosen_cp;
+        x.cost = cost_at(x, chosen_cp);
+        x.tokens = tokens_at(x, chosen_cp);
+      }
+      const std::size_t l = costs.size_index(chosen_cp);
+      auto& g = mb.groups()[static_cast<std::size_t>(chosen)];
+      mb.add(chosen, x.id, x.tokens, x.cost);
+      round_max = std::max(round_max, g.load);
+      by_load[l].set(g.load, chosen);
+      by_tokens[l].set(g.tokens, chosen);
+      room[l] = budget - by_tokens[l].top()->first;
+    }
+    rounds.push_back(std::move(mb));
+    remaining.swap(deferred);
+  }
+  sample_sizes chosen;
+  chosen.cp.resize(slots.size());
+  chosen.cost.resize(slots.size());
+  for (const levelled_slot& x : slots) {
+    chosen.cp[static_cast<std::size_t>(x.id)] = x.cp;
+    chosen.cost[static_cast<std::size_t>(x.id)] = x.cost;
+  }
+  split_to_multiple(rounds, o.microbatch_multiple, costs.batch(), costs.estimator(),
+                    /*grow=*/false);
+  return assignment<Estimator>::from_rounds(costs, std::move(rounds), std::move(chosen));
+}
+
+} // namespace dcpp::detail

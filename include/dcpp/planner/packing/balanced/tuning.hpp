@@ -1,0 +1,76 @@
+// Every number the balanced portfolio runs on, in one place, each with the reason it has its
+// value. The measurements behind them are in docs/benchmarks.md ("balanced: how the numbers were
+// chosen").
+#pragma once
+
+#include <cstdint>
+
+namespace dcpp {
+
+//! The numbers of the `balanced` policy. "Size" below is samples x ranks of the batch: the
+//! limits switch off the costlier constructions on large batches, where they pay least.
+struct balanced_tuning {
+  // ---- which constructions run where ---------------------------------------------------------
+  //! The megatron construction (and the targeted one, which needs its round count) up to here:
+  //! it costs O(samples x groups).
+  std::int64_t megatron_limit = std::int64_t{1} << 15;
+  //! The static construction up to here (a factor of the megatron limit: it is one sort and a
+  //! heap walk, cheaper than the megatron one).
+  std::int64_t static_limit = std::int64_t{4} << 15;
+  //! The levelled variants (0% and 10% reach, heavy samples apart) up to here: each costs a
+  //! levelled run and a local search, 1.5-4.5x planning time where they run.
+  std::int64_t levelled_variants_limit = std::int64_t{1} << 17;
+
+  // ---- the levelled construction ---------------------------------------------------------------
+  //! A sample may join a group of a larger CP size when that costs at most this factor of its
+  //! rank area (the first run; the variants use the two below).
+  double reach_area = 1.05;
+  double narrow_reach_area = 1.0; //!< first variant: only where the area does not grow
+  double wide_reach_area = 1.10;  //!< second variant: where a batch needs wide groups filled
+  //! A sample above its round's level moves to a larger group when its area grows at most by
+  //! this factor: long samples, whose attention dominates, spread almost for free.
+  double raise_area = 1.02;
+  //! Third variant: a sample costing more than this share of its round's level joins no group
+  //! (two heavy samples stacked make one group as slow as both); 0 drops the variant.
+  double heavy_share = 0.4;
+  //! A round ends early only after this many misses in a row (a full scan is cheap before)...
+  std::int32_t early_end_misses = 256;
+  //! ...that are at least 1/this of the samples left, and is checked again after 1/this more.
+  std::int32_t early_end_fraction = 8;
+  //! A full round (no free ranks, no room for the smallest sample) is looked for every this
+  //! many misses: checking after each would cost more than the misses it saves.
+  std::int32_t full_round_check_every = 16;
+
+  // ---- the targeted construction and placement
+  // ---------------------------------------------------
+  //! Groups examined per CP size when placing a sample: enough to find token room past the
+  //! first few full groups, few enough to keep placement O(log groups).
+  std::int32_t candidates_per_size = 8;
+  //! Passes that raise CP sizes toward the per-rank target (the target falls as sizes rise;
+  //! it settles within three).
+  std::int32_t raise_passes = 3;
+
+  // ---- portfolio -------------------------------------------------------------------------------
+  //! A construction this factor slower than the best plan so far is not improved: the local
+  //! search does not close such a gap, and it is the costly part.
+  double improve_within = 1.25;
+  //! A larger CP size counts as less area only below this factor of the smaller one's: rounding
+  //! noise in cost x cp must not pick a larger group.
+  double area_noise = 1.0 - 1e-9;
+
+  // ---- the local search
+  // --------------------------------------------------------------------------
+  //! Sweeps over the rounds: the search has converged long before on every benchmark batch.
+  std::int32_t improvement_sweeps = 16;
+  //! Moves per round and sweep, in multiples of the world size (every rank's group once).
+  std::int32_t moves_per_rank = 4;
+  //! Groups examined per CP size for a move or a swap: wide below `wide_search_limit` (finds
+  //! better moves on small batches), narrow above it (where each examined group costs most).
+  std::int32_t wide_candidates = 64;
+  std::int32_t narrow_candidates = 8;
+  std::int64_t wide_search_limit = std::int64_t{1} << 18;
+  //! A move must gain more than this fraction of the step time: no chasing rounding noise.
+  double gain_epsilon = 1e-12;
+};
+
+} // namespace dcpp
