@@ -1,0 +1,76 @@
+// What the tests of balanced's parts share: a batch (problem, estimator, cost view) with or
+// without a cost table, seeded random batches, and a check of an assignment's invariants and
+// of the plan it gives.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../../plan_checks.hpp"
+#include "dcpp/planner/costs.hpp"
+#include "dcpp/planner/evaluate.hpp"
+#include "dcpp/planner/packing/balanced.hpp"
+#include "dcpp/planner/transformer_cost.hpp"
+#include "dcpp/workload/generators.hpp"
+
+namespace dcpp_test::balanced_parts {
+using namespace dcpp_test::planning;
+using estimator = dcpp::transformer_cost;
+using costs_view = dcpp::detail::cost_rows<estimator>;
+using state = dcpp::detail::assignment<estimator>;
+
+//! A problem with or without its cost table and the view over it (the view refers to both, so a
+//! batch neither copies nor moves).
+struct batch {
+  batch(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths, bool table)
+      : pr(make(o, lengths, table)), costs(pr, e) {}
+  batch(const batch&) = delete;
+  batch& operator=(const batch&) = delete;
+
+  estimator e{};
+  dcpp::problem pr;
+  costs_view costs;
+
+private:
+  static dcpp::problem make(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths,
+                            bool table) {
+    dcpp::problem p = dcpp::make_problem(o, lengths);
+    if (table)
+      dcpp::tabulate_costs(p, estimator{});
+    return p;
+  }
+};
+
+//! Options and lengths of a seeded random batch (awkward worlds, budgets, padding, topologies,
+//! multiples and CP caps; lengths from 1 to the plannable limit).
+struct random_case {
+  dcpp::plan_options options;
+  std::vector<std::int64_t> lengths;
+};
+inline random_case make_random_case(std::uint64_t seed) {
+  dcpp::workload::rng r(seed);
+  random_case c;
+  c.options = random_options(r);
+  c.lengths = random_lengths(r, c.options);
+  return c;
+}
+
+//! Every sample in one bucket, in id order (what a policy that uses buckets needs at least).
+inline dcpp::bucket_list one_bucket(std::size_t n) {
+  dcpp::bucket_list buckets(1);
+  for (std::size_t s = 0; s < n; ++s)
+    buckets[0].push_back(static_cast<std::int32_t>(s));
+  return buckets;
+}
+
+//! The assignment's invariants, and those of its plan checked independently.
+inline void check_state(const state& a, const batch& b) {
+  CHECK(a.consistent());
+  dcpp::plan p = a.to_plan("test");
+  dcpp::evaluate(p, b.pr, b.e);
+  check_invariants(p, b.pr.options);
+  CHECK(p.metrics.estimated_step_time == doctest::Approx(a.step_time()).epsilon(1e-12));
+}
+
+} // namespace dcpp_test::balanced_parts

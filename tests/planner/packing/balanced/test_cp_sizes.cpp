@@ -1,0 +1,130 @@
+// Tests for balanced/cost_rows.hpp and balanced/cp_sizes.hpp: the cost view reads the same
+// numbers with and without a table; the CP sizes against properties checked size by size.
+#include "../../../support.hpp"
+
+#include <cstdint>
+#include <vector>
+
+#include "dcpp/planner/packing/balanced/cost_rows.hpp"
+#include "dcpp/planner/packing/balanced/cp_sizes.hpp"
+#include "parts.hpp"
+
+namespace {
+using namespace dcpp_test::balanced_parts;
+namespace d = dcpp::detail;
+
+//! The sizes on s's ladder, written out: its smallest, then doublings up to the largest legal
+//! size.
+std::vector<std::int32_t> ladder_of(const dcpp::problem& pr, std::int32_t s) {
+  std::vector<std::int32_t> out;
+  for (std::int64_t c = pr.min_cp_of[static_cast<std::size_t>(s)];
+       c <= pr.options.effective_max_cp(); c *= 2)
+    out.push_back(static_cast<std::int32_t>(c));
+  return out;
+}
+} // namespace
+
+TEST_CASE("cost_rows: with and without a table, the same bits for every sample and size") {
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    CAPTURE(seed);
+    const random_case c = make_random_case(seed);
+    const batch with(c.options, c.lengths, true);
+    const batch without(c.options, c.lengths, false);
+    REQUIRE(without.costs.rows() == c.lengths.size());
+    CHECK(with.costs.rows() <= without.costs.rows());
+    for (std::int32_t s = 0; s < with.costs.samples(); ++s) {
+      const std::int32_t row = with.costs.row_of(s);
+      // a row's first sample has the row's length and comes first
+      const std::int32_t first = with.costs.first_sample(static_cast<std::size_t>(row));
+      CHECK(first <= s);
+      CHECK(c.lengths[static_cast<std::size_t>(first)] == c.lengths[static_cast<std::size_t>(s)]);
+      CHECK(without.costs.row_of(s) == s);
+      for (const std::int32_t cp : ladder_of(with.pr, s)) {
+        const double direct =
+            static_cast<double>(estimator{}.cost(c.lengths[static_cast<std::size_t>(s)], cp));
+        CHECK(with.costs.cost(s, cp) == direct);
+        CHECK(with.costs.row_cost(row, cp) == direct);
+        CHECK(without.costs.row_cost(s, cp) == direct);
+        CHECK(with.costs.tokens(s, cp) ==
+              dcpp::tokens_per_rank(c.options, c.lengths[static_cast<std::size_t>(s)], cp));
+      }
+    }
+  }
+}
+
+TEST_CASE("least_area_sizes: the least rank area on the ladder, no larger size for noise") {
+  const dcpp::balanced_tuning tuning;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    CAPTURE(seed);
+    const random_case c = make_random_case(seed);
+    for (const bool table : {false, true}) {
+      const batch b(c.options, c.lengths, table);
+      const d::sample_sizes sizes = d::least_area_sizes(b.costs, tuning);
+      for (std::int32_t s = 0; s < b.costs.samples(); ++s) {
+        CAPTURE(s);
+        const auto us = static_cast<std::size_t>(s);
+        const std::int32_t cp = sizes.cp[us];
+        CHECK(sizes.cost[us] == b.costs.cost(s, cp));
+        const double area = sizes.cost[us] * cp;
+        double least = area;
+        bool on_ladder = false;
+        for (const std::int32_t other : ladder_of(b.pr, s)) {
+          const double other_area = b.costs.cost(s, other) * other;
+          least = std::min(least, other_area);
+          on_ladder = on_ladder || other == cp;
+          if (other < cp) // a smaller size is kept unless the larger one saves area
+            CHECK(other_area > area);
+        }
+        CHECK(on_ladder);
+        CHECK(area <= least * (1 + 1e-8));
+      }
+    }
+  }
+}
+
+TEST_CASE("token_lower_bound: the fewest rounds, in multiples, that hold the rank tokens") {
+  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+    CAPTURE(seed);
+    const random_case c = make_random_case(seed);
+    const batch b(c.options, c.lengths, false);
+    const d::sample_sizes sizes = d::least_area_sizes(b.costs, dcpp::balanced_tuning{});
+    const std::int32_t k = d::token_lower_bound(b.costs, sizes);
+    std::int64_t rank_tokens = 0, wide = 0;
+    for (std::int32_t s = 0; s < b.costs.samples(); ++s) {
+      const std::int32_t cp = sizes.cp[static_cast<std::size_t>(s)];
+      rank_tokens += b.costs.tokens(s, cp) * cp;
+      wide += 2 * cp > c.options.world_size ? b.costs.tokens(s, cp) : 0;
+    }
+    const auto holds = [&](std::int64_t rounds) {
+      return rounds * c.options.world_size * c.options.max_tokens_per_rank >= rank_tokens &&
+             rounds * c.options.max_tokens_per_rank >= wide;
+    };
+    const std::int32_t m = c.options.microbatch_multiple;
+    CHECK(k % m == 0);
+    CHECK(holds(k));
+    if (k > m)
+      CHECK_FALSE(holds(k - m));
+  }
+}
+
+TEST_CASE("raise_toward_target: sizes only grow, costs only fall, every cost is the estimator's") {
+  const dcpp::balanced_tuning tuning;
+  int raised = 0;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    CAPTURE(seed);
+    const random_case c = make_random_case(seed);
+    const batch b(c.options, c.lengths, seed % 2 == 0);
+    const d::sample_sizes before = d::least_area_sizes(b.costs, tuning);
+    const std::int32_t k = d::token_lower_bound(b.costs, before);
+    d::sample_sizes after = before;
+    const double target = d::raise_toward_target(after, b.costs, k, tuning);
+    CHECK(target > 0);
+    for (std::size_t s = 0; s < before.cp.size(); ++s) {
+      CHECK(after.cp[s] >= before.cp[s]);
+      CHECK(after.cost[s] <= before.cost[s]);
+      CHECK(after.cost[s] == b.costs.cost(static_cast<std::int32_t>(s), after.cp[s]));
+      raised += after.cp[s] > before.cp[s] ? 1 : 0;
+    }
+  }
+  CHECK(raised > 0);
+}
