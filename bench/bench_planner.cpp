@@ -35,7 +35,7 @@ struct outcome {
 template <class Packing, class Estimator>
 outcome run(const bench_case& c, const Estimator& estimator, Packing packing, int repeats) {
   outcome out;
-  planner<Estimator, by_cp_size, Packing> p(c.options, estimator, {}, packing);
+  planner<Estimator, Packing> p(c.options, estimator, packing);
   if (status s = p.can_plan(c.lengths); !s) {
     out.error = s.message;
     return out;

@@ -54,8 +54,7 @@ outcome run_policy(const dcpp::plan_options& options, const Estimator& estimator
                    const std::string& estimator_name, Packing packing,
                    const std::vector<std::int64_t>& lengths) {
   outcome out{std::string(Packing::name), std::nullopt, {}};
-  const dcpp::planner<Estimator, dcpp::by_cp_size, Packing> planner(options, estimator, {},
-                                                                    packing);
+  const dcpp::planner<Estimator, Packing> planner(options, estimator, packing);
   if (dcpp::status s = planner.can_plan(lengths); !s) {
     out.error = s.message;
     return out;

@@ -6,6 +6,6 @@ struct broken_packing {
 };
 
 int main() {
-  dcpp::planner<dcpp::megatron_cost, dcpp::by_cp_size, broken_packing> p(dcpp::plan_options{});
+  dcpp::planner<dcpp::megatron_cost, broken_packing> p(dcpp::plan_options{});
   (void)p;
 }

@@ -53,7 +53,7 @@ inline std::vector<std::int64_t> random_lengths(dcpp::workload::rng& r,
 template <class Packing, class Estimator>
 dcpp::plan run(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths,
                const Estimator& e, Packing packing = {}) {
-  return dcpp::planner<Estimator, dcpp::by_cp_size, Packing>(o, e, {}, packing).make_plan(lengths);
+  return dcpp::planner<Estimator, Packing>(o, e, packing).make_plan(lengths);
 }
 
 // checks what validate checks, independently, plus the bound

@@ -2,11 +2,16 @@
 #include "../support.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <span>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "dcpp/planner/bucketing.hpp"
+#include "dcpp/planner/estimator.hpp"
 #include "dcpp/workload/generators.hpp"
 
 namespace {
@@ -122,54 +127,45 @@ TEST_CASE("bucketing: work quantiles are ordered and of near-equal size") {
           work[static_cast<std::size_t>(b[k].front())]);
 }
 
-TEST_CASE("bucketing: a bucket_source makes its buckets once, on first read") {
+TEST_CASE("make_buckets: the policy's buckets, or an error naming the sample it got wrong") {
   const auto pr = sample_problem(5, 77);
-  const std::vector<double> work(pr.size(), 1.0);
-  int calls = 0;
-  const auto make = [&] {
-    ++calls;
-    return dcpp::by_cp_size{}.buckets(pr, work);
+  const dcpp::megatron_cost e;
+  std::vector<double> work(pr.size());
+  for (std::size_t i = 0; i < pr.size(); ++i)
+    work[i] = e.cost(pr.lengths[i], pr.min_cp_of[i]);
+  // the work it hands the policy is each sample's cost on its smallest size
+  CHECK(dcpp::make_buckets(dcpp::single_bucket{}, pr, e) ==
+        dcpp::single_bucket{}.buckets(pr, work));
+  CHECK(dcpp::make_buckets(dcpp::by_cp_size{}, pr, e) == dcpp::by_cp_size{}.buckets(pr, work));
+  // a policy that returns what it is told to (a fixed list) is checked
+  struct fixed {
+    dcpp::bucket_list list;
+    dcpp::bucket_list buckets(const dcpp::problem&, std::span<const double>) const { return list; }
   };
-  const dcpp::bucket_source source(make);
-  CHECK_FALSE(source.made());
-  CHECK(calls == 0);
-  const dcpp::bucket_list expected = dcpp::by_cp_size{}.buckets(pr, work);
-  const dcpp::bucket_list& list = source; // the conversion a bucket_list parameter uses
-  CHECK(calls == 1);
-  CHECK(source.made());
-  CHECK(list == expected);
-  // the range view reads the same list without making it again
-  REQUIRE(source.size() == expected.size());
-  std::size_t i = 0;
-  for (const auto& bucket : source)
-    CHECK(bucket == expected[i++]);
-  CHECK(source[0] == expected[0]);
-  CHECK_FALSE(source.empty());
-  CHECK(&source.get() == &list);
-  CHECK(calls == 1);
-
-  const dcpp::bucket_source ready(expected);
-  CHECK(ready.made());
-  CHECK(&ready.get() == &expected);
-
-  // it holds references: a temporary maker or list would dangle, so neither is accepted
-  static_assert(std::is_constructible_v<dcpp::bucket_source, const dcpp::bucket_list&>);
-  static_assert(std::is_constructible_v<dcpp::bucket_source, dcpp::bucket_list&>);
-  static_assert(!std::is_constructible_v<dcpp::bucket_source, dcpp::bucket_list&&>);
-  static_assert(std::is_constructible_v<dcpp::bucket_source, decltype(make)&>);
-  static_assert(!std::is_constructible_v<dcpp::bucket_source, decltype(make)&&>);
-}
-
-TEST_CASE("bucketing: an error of the maker reaches the reader, and the next read retries") {
-  int calls = 0;
-  const auto failing = [&]() -> dcpp::bucket_list {
-    if (++calls == 1)
-      throw std::runtime_error("bucketing failed");
-    return {{0}};
+  dcpp::bucket_list all(1);
+  for (std::int32_t s = 0; s < 77; ++s)
+    all[0].push_back(s);
+  CHECK(dcpp::make_buckets(fixed{all}, pr, e) == all);
+  const auto fails_with = [&](dcpp::bucket_list list, const std::string& message,
+                              std::int64_t sample) {
+    try {
+      (void)dcpp::make_buckets(fixed{std::move(list)}, pr, e);
+      FAIL("no error");
+    } catch (const dcpp::error& err) {
+      CHECK(std::string(err.what()) == message);
+      CHECK(err.why().code == dcpp::status_code::invalid_plan);
+      CHECK(err.why().sample == sample);
+    }
   };
-  const dcpp::bucket_source source(failing);
-  CHECK_THROWS_WITH_AS((void)source.get(), "bucketing failed", std::runtime_error);
-  CHECK_FALSE(source.made());
-  CHECK(source.get() == dcpp::bucket_list{{0}});
-  CHECK(calls == 2);
+  dcpp::bucket_list lost = all;
+  lost[0].erase(lost[0].begin() + 40);
+  fails_with(lost, "bucketing policy lost sample 40", 40);
+  dcpp::bucket_list twice = all;
+  twice.push_back({12});
+  fails_with(twice, "bucketing policy returned sample 12 twice", 12);
+  dcpp::bucket_list outside = all;
+  outside[0].push_back(77);
+  fails_with(outside, "bucketing policy returned sample 77 outside the batch", 77);
+  outside[0].back() = -3;
+  fails_with(outside, "bucketing policy returned sample -3 outside the batch", -3);
 }

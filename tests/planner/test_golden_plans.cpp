@@ -45,7 +45,7 @@ template <class Packing, class Estimator>
 std::string plan_key(const planner_case& c, const Estimator& estimator, dcpp::topology t) {
   dcpp::plan_options o = c.options;
   o.group_topology = t;
-  dcpp::planner<Estimator, dcpp::by_cp_size, Packing> p(o, estimator, {}, Packing{});
+  dcpp::planner<Estimator, Packing> p(o, estimator, Packing{});
   if (const dcpp::status s = p.can_plan(c.lengths); !s)
     return "refused";
   return fmt::format("{:016x}", dcpp::plan_hash(p.make_plan(c.lengths)));

@@ -95,8 +95,7 @@ TEST_CASE("megatron parity: the same micro-batches as Megatron-LM's scheduler") 
   REQUIRE(refs.size() >= 7);
   for (const auto& r : refs) {
     CAPTURE(r.name);
-    const dcpp::planner<dcpp::megatron_cost, dcpp::by_cp_size, dcpp::megatron_greedy> planner(
-        r.options);
+    const dcpp::planner<dcpp::megatron_cost, dcpp::megatron_greedy> planner(r.options);
     const auto ours = planner.make_plan(r.lengths);
     CHECK(ours.microbatches.size() == r.plan.microbatches.size());
     CHECK(cp_histogram(ours) == cp_histogram(r.plan));
@@ -114,10 +113,9 @@ TEST_CASE("megatron parity: balanced is at least as fast, within its micro-batch
     CAPTURE(r.name);
     auto both = [&](const auto& estimator) {
       using E = std::decay_t<decltype(estimator)>;
-      const auto m = dcpp::planner<E, dcpp::by_cp_size, dcpp::megatron_greedy>(r.options, estimator)
-                         .make_plan(r.lengths);
-      const auto b = dcpp::planner<E, dcpp::by_cp_size, dcpp::balanced>(r.options, estimator)
-                         .make_plan(r.lengths);
+      const auto m =
+          dcpp::planner<E, dcpp::megatron_greedy>(r.options, estimator).make_plan(r.lengths);
+      const auto b = dcpp::planner<E, dcpp::balanced>(r.options, estimator).make_plan(r.lengths);
       CHECK(b.metrics.estimated_step_time <= m.metrics.estimated_step_time * (1 + 1e-12));
       // without a micro-batch overhead (length^2/cp) an extra round costs nothing, so balanced
       // takes none beyond Megatron's; with one it may add up to a quarter that pay for themselves

@@ -28,7 +28,7 @@ using namespace dcpp_test::planning;
 namespace {
 struct no_name {
   template <class E>
-  dcpp::plan pack(const dcpp::problem&, const E&, const dcpp::bucket_list&) const {
+  dcpp::plan pack(const dcpp::problem&, const E&) const {
     return {};
   }
 };
@@ -71,8 +71,7 @@ TEST_CASE("packing: invariants of every policy on 2000 seeded random workloads")
       check_invariants(u, o);
       bounded(u);
       std::optional<dcpp::plan> fixed;
-      if (dcpp::planner<std::decay_t<decltype(e)>, dcpp::by_cp_size, dcpp::static_cp>(o, e)
-              .can_plan(lengths)) {
+      if (dcpp::planner<std::decay_t<decltype(e)>, dcpp::static_cp>(o, e).can_plan(lengths)) {
         fixed = run<dcpp::static_cp>(o, lengths, e);
         check_invariants(*fixed, o);
         bounded(*fixed);
@@ -165,15 +164,13 @@ TEST_CASE("static_cp: every group has the fixed size; the check names a sample t
       CHECK(g.cp == 4);
   const auto auto_cp = run<dcpp::static_cp>(o, lengths, dcpp::megatron_cost{});
   CHECK(auto_cp.microbatches.front().groups.front().cp == 4); // 4096 tokens need 4 ranks
-  const dcpp::planner<dcpp::megatron_cost, dcpp::by_cp_size, dcpp::static_cp> too_small(
-      o, {}, {}, dcpp::static_cp{2});
+  const dcpp::planner<dcpp::megatron_cost, dcpp::static_cp> too_small(o, {}, dcpp::static_cp{2});
   const auto s = too_small.can_plan(lengths);
   CHECK(s.code == dcpp::status_code::sample_too_long);
   CHECK(s.message.find("static cp = 2") != std::string::npos);
   CHECK_THROWS_AS(too_small.make_plan(lengths), dcpp::error);
   o.world_size = 24;
-  const dcpp::planner<dcpp::megatron_cost, dcpp::by_cp_size, dcpp::static_cp> uneven(
-      o, {}, {}, dcpp::static_cp{16});
+  const dcpp::planner<dcpp::megatron_cost, dcpp::static_cp> uneven(o, {}, dcpp::static_cp{16});
   CHECK(uneven.can_plan(lengths).code == dcpp::status_code::world_not_divisible);
 }
 
@@ -335,10 +332,8 @@ TEST_CASE("balanced: the cost table changes no plan") {
     REQUIRE_FALSE(tabulated.costs.empty());
     REQUIRE(tabulated.costs.size() / tabulated.cp_sizes.size() < b.lengths.size()); // shared rows
     const auto direct = dcpp::make_problem(o, b.lengths);
-    const std::vector<double> work(b.lengths.size(), 1.0);
-    const auto buckets = dcpp::by_cp_size{}.buckets(direct, work);
-    const auto a = dcpp::balanced{}.pack(tabulated, e, buckets);
-    const auto c = dcpp::balanced{}.pack(direct, e, buckets);
+    const auto a = dcpp::balanced{}.pack(tabulated, e);
+    const auto c = dcpp::balanced{}.pack(direct, e);
     CHECK(a.microbatches == c.microbatches);
   }
 }

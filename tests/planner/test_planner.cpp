@@ -45,7 +45,7 @@ struct counting_bucketing {
 struct overfull_packing {
   static constexpr std::string_view name = "overfull";
   template <class E>
-  dcpp::plan pack(const dcpp::problem& pr, const E&, const dcpp::bucket_list&) const {
+  dcpp::plan pack(const dcpp::problem& pr, const E&) const {
     dcpp::plan p;
     p.world_size = pr.options.world_size;
     p.max_tokens_per_rank = pr.options.max_tokens_per_rank;
@@ -105,18 +105,18 @@ TEST_CASE("planner: a user's estimator plugs in and changes the plan's numbers")
 }
 
 TEST_CASE("planner: a bucketing policy that loses a sample is an error naming it") {
-  const dcpp::planner<dcpp::megatron_cost, lossy_bucketing> p(opts(4, 1000));
+  const dcpp::planner<dcpp::megatron_cost, dcpp::balanced_with<lossy_bucketing>> p(opts(4, 1000));
   const std::vector<std::int64_t> lengths{10, 20, 30};
   CHECK_THROWS_WITH_AS((void)p.make_plan(lengths), "bucketing policy lost sample 2", dcpp::error);
 }
 
-TEST_CASE("planner: the bucketing runs only when the packing policy reads the buckets") {
+TEST_CASE("balanced: the bucketing runs only where a construction reads the buckets") {
   const auto small = dcpp::workload::sft_lognormal(200, 3);
   const auto large = dcpp::workload::sft_lognormal(4096, 3);
   int calls = 0;
-  const counting_bucketing counting{&calls};
-  using counted_balanced = dcpp::planner<dcpp::transformer_cost, counting_bucketing>;
-  const counted_balanced balanced_planner(opts(64, 8192), {}, counting);
+  const dcpp::balanced_with<counting_bucketing> counted{.bucketing = counting_bucketing{&calls}};
+  const dcpp::planner<dcpp::transformer_cost, dcpp::balanced_with<counting_bucketing>>
+      balanced_planner(opts(64, 8192), {}, counted);
   // a small batch runs the megatron construction, which reads them
   (void)balanced_planner.make_plan(small);
   CHECK(calls == 1);
@@ -124,20 +124,20 @@ TEST_CASE("planner: the bucketing runs only when the packing policy reads the bu
   const auto p = balanced_planner.make_plan(large);
   CHECK(calls == 1);
   CHECK(dcpp::plan_hash(p) == dcpp::plan_hash(dcpp::planner<>(opts(64, 8192)).make_plan(large)));
-  // a policy whose pack takes a bucket_list always reads them
-  const dcpp::planner<dcpp::transformer_cost, counting_bucketing, dcpp::megatron_greedy> greedy(
-      opts(64, 8192), {}, counting);
+  // megatron_greedy always reads them
+  const dcpp::planner<dcpp::transformer_cost, dcpp::megatron_greedy_with<counting_bucketing>>
+      greedy(opts(64, 8192), {}, {.bucketing = counting_bucketing{&calls}});
   (void)greedy.make_plan(large);
   CHECK(calls == 2);
   // and a lossy bucketing policy fails wherever its buckets are read, never silently
-  const dcpp::planner<dcpp::transformer_cost, lossy_bucketing, dcpp::megatron_greedy> lossy(
+  const dcpp::planner<dcpp::transformer_cost, dcpp::megatron_greedy_with<lossy_bucketing>> lossy(
       opts(64, 8192));
   CHECK_THROWS_WITH_AS((void)lossy.make_plan(large),
                        doctest::Contains("bucketing policy lost sample 4095"), dcpp::error);
 }
 
 TEST_CASE("planner: an invalid plan from a packing policy is caught by validate") {
-  const dcpp::planner<dcpp::megatron_cost, dcpp::by_cp_size, overfull_packing> p(opts(4, 100));
+  const dcpp::planner<dcpp::megatron_cost, overfull_packing> p(opts(4, 100));
   const std::vector<std::int64_t> lengths{60, 60};
   CHECK_THROWS_WITH_AS((void)p.make_plan(lengths),
                        doctest::Contains("packing policy overfull produced an invalid plan"),
@@ -151,8 +151,8 @@ TEST_CASE("planner: plan_distributed gathers, plans and proves agreement") {
   CHECK(p.lengths == local);
   CHECK(dcpp::plan_hash(p) == dcpp::plan_hash(serial.make_plan(local)));
 
-  dcpp::planner<dcpp::transformer_cost, dcpp::by_cp_size, dcpp::balanced, split_brain_communicator>
-      bad(opts(8, 2048));
+  dcpp::planner<dcpp::transformer_cost, dcpp::balanced, split_brain_communicator> bad(
+      opts(8, 2048));
   CHECK_THROWS_WITH_AS((void)bad.plan_distributed(local),
                        doctest::Contains("differs from another rank"), dcpp::error);
   bad.communicator().fail_options = true;

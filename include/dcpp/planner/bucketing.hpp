@@ -9,6 +9,11 @@
 #include <type_traits>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "dcpp/error.hpp"
+#include "dcpp/planner/costs.hpp"
+#include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/options.hpp"
 #include "dcpp/planner/sort.hpp"
 
@@ -26,52 +31,37 @@ concept bucketing_policy = std::copyable<B> &&
   { b.buckets(p, work) } -> std::same_as<bucket_list>;
 };
 
-//! The buckets of one batch as the planner hands them to a packing policy: made by the
-//! bucketing policy (and checked) the first time anyone reads them, so that a policy which does
-//! not look at them in this batch (`balanced` past its megatron limit) does not pay for them.
-//! Converts to `const bucket_list&`, so a policy whose `pack` takes a `bucket_list` receives
-//! the made list; it is also a read-only range of buckets. Holds a reference to its maker (or
-//! to a ready list), which must outlive it; not copyable, not thread-safe.
-class bucket_source {
-public:
-  //! Buckets made by `make()` on first use.
-  template <class Make>
-  requires std::same_as<std::invoke_result_t<const Make&>, bucket_list>
-  explicit bucket_source(const Make& make)
-      : maker_(&make), call_([](const void* m) { return (*static_cast<const Make*>(m))(); }) {}
-  //! Buckets already made.
-  explicit bucket_source(const bucket_list& ready) : ready_(&ready) {}
-  // a temporary maker or list would be gone before the buckets are read
-  template <class Make>
-  requires(!std::is_lvalue_reference_v<Make>) explicit bucket_source(Make&&) = delete;
-  bucket_source(const bucket_source&) = delete;
-  bucket_source& operator=(const bucket_source&) = delete;
-
-  [[nodiscard]] const bucket_list& get() const {
-    if (ready_ == nullptr) {
-      made_ = call_(maker_);
-      ready_ = &made_;
+//! The buckets of `bucketing` for the batch, checked: every sample exactly once. A bucketing
+//! policy that loses a sample, repeats one or names one outside the batch is an error that
+//! names the sample (status `invalid_plan`). `work[i]` is sample i's cost on its smallest size.
+template <bucketing_policy Bucketing, workload_estimator Estimator>
+[[nodiscard]] bucket_list make_buckets(const Bucketing& bucketing, const problem& pr,
+                                       const Estimator& estimator) {
+  const std::size_t n = pr.size();
+  std::vector<double> work(n);
+  for (std::size_t i = 0; i < n; ++i)
+    work[i] = sample_cost(pr, estimator, i, pr.min_cp_of[i]);
+  bucket_list buckets = bucketing.buckets(pr, work);
+  std::vector<char> seen(n, 0);
+  std::size_t count = 0;
+  for (const auto& b : buckets)
+    for (const auto s : b) {
+      const bool outside = s < 0 || static_cast<std::size_t>(s) >= n;
+      if (outside || seen[static_cast<std::size_t>(s)])
+        throw error(status_code::invalid_plan,
+                    fmt::format("bucketing policy returned sample {} {}", s,
+                                outside ? "outside the batch" : "twice"),
+                    s);
+      seen[static_cast<std::size_t>(s)] = 1;
+      ++count;
     }
-    return *ready_;
-  }
-  operator const bucket_list&() const { return get(); } // NOLINT: implicit by design
-  //! Whether the buckets have been made (a ready list counts as made).
-  [[nodiscard]] bool made() const noexcept { return ready_ != nullptr; }
-
-  [[nodiscard]] auto begin() const { return get().begin(); }
-  [[nodiscard]] auto end() const { return get().end(); }
-  [[nodiscard]] std::size_t size() const { return get().size(); }
-  [[nodiscard]] bool empty() const { return get().empty(); }
-  [[nodiscard]] const std::vector<std::int32_t>& operator[](std::size_t i) const {
-    return get()[i];
-  }
-
-private:
-  const void* maker_ = nullptr;
-  bucket_list (*call_)(const void*) = nullptr;
-  mutable bucket_list made_;
-  mutable const bucket_list* ready_ = nullptr;
-};
+  if (count != n)
+    for (std::size_t s = 0; s < n; ++s)
+      if (!seen[s])
+        throw error(status_code::invalid_plan, fmt::format("bucketing policy lost sample {}", s),
+                    static_cast<std::int64_t>(s));
+  return buckets;
+}
 
 namespace detail {
 //! Sample ids sorted by descending work, then descending length, then ascending id.

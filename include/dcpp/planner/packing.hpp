@@ -18,18 +18,16 @@
 
 namespace dcpp {
 
-//! A packing policy turns a problem into groups and micro-batches. `pack` fills
-//! `plan::microbatches` (the planner canonicalises, evaluates and validates what it returns);
-//! `name` identifies it in outputs. A policy may also offer `check(problem) -> status` for
-//! conditions of its own (e.g. a fixed CP size too small for the longest sample).
-//! The planner passes the buckets as a `bucket_source` (made on first read, converts to
-//! `const bucket_list&`): a `pack` taking `const bucket_list&` accepts both.
+//! A packing policy turns a problem into groups and micro-batches: `pack(problem, estimator)`
+//! fills `plan::microbatches` (the planner canonicalises, evaluates and validates what it
+//! returns); `name` identifies it in outputs. A policy may also offer `check(problem) -> status`
+//! for conditions of its own (e.g. a fixed CP size too small for the longest sample). A policy
+//! that takes samples in classes holds its bucketing policy and makes the buckets itself
+//! (`make_buckets`); the shipped ones also offer `pack_in_order(problem, estimator, buckets)`.
 template <class P, class E>
 concept packing_policy = std::copyable<P> && workload_estimator<E> &&
-    requires(const P& p, const problem& pr, const E& e, const bucket_list& buckets,
-             const bucket_source& source) {
-  { p.pack(pr, e, buckets) } -> std::same_as<plan>;
-  { p.pack(pr, e, source) } -> std::same_as<plan>;
+    requires(const P& p, const problem& pr, const E& e) {
+  { p.pack(pr, e) } -> std::same_as<plan>;
   { P::name } -> std::convertible_to<std::string_view>;
 };
 

@@ -1,4 +1,4 @@
-// planner<Estimator, Bucketing, Packing, Communicator>: policies in, a validated plan out.
+// planner<Estimator, Packing, Communicator>: policies in, a validated plan out.
 #pragma once
 
 #include <chrono>
@@ -41,20 +41,21 @@ inline std::uint64_t options_hash(const plan_options& o) {
 //!   canonical, evaluated under the estimator, and has passed `validate`;
 //! * `plan_distributed(local_lengths)`: all-gathers every rank's lengths through the
 //!   communicator, plans, and checks collectively that every rank holds the same plan.
-template <workload_estimator Estimator = transformer_cost, bucketing_policy Bucketing = by_cp_size,
-          class Packing = balanced, plan_communicator Communicator = serial_communicator>
+//! The order in which a packing policy takes samples (bucketing) is the packing policy's own:
+//! e.g. `balanced_with<single_bucket>`.
+template <workload_estimator Estimator = transformer_cost, class Packing = balanced,
+          plan_communicator Communicator = serial_communicator>
 requires packing_policy<Packing, Estimator>
 class planner {
 public:
   using estimator_type = Estimator;
-  using bucketing_type = Bucketing;
   using packing_type = Packing;
   using communicator_type = Communicator;
 
-  explicit planner(plan_options options, Estimator estimator = {}, Bucketing bucketing = {},
-                   Packing packing = {}, Communicator communicator = {})
-      : options_(options), estimator_(std::move(estimator)), bucketing_(std::move(bucketing)),
-        packing_(std::move(packing)), communicator_(std::move(communicator)) {}
+  explicit planner(plan_options options, Estimator estimator = {}, Packing packing = {},
+                   Communicator communicator = {})
+      : options_(options), estimator_(std::move(estimator)), packing_(std::move(packing)),
+        communicator_(std::move(communicator)) {}
 
   [[nodiscard]] status can_plan(std::span<const std::int64_t> lengths) const noexcept {
     if (status s = check_problem(options_, lengths); !s)
@@ -75,18 +76,7 @@ public:
     if constexpr (requires { packing_.check(pr); })
       throw_if_failed(packing_.check(pr));
     tabulate_costs(pr, estimator_);
-    // the bucketing policy runs when the packing policy first reads the buckets; its output is
-    // checked then (a policy may not read them: balanced past its megatron limit)
-    const auto make_buckets = [&] {
-      std::vector<double> work(pr.size());
-      for (std::size_t i = 0; i < pr.size(); ++i)
-        work[i] = sample_cost(pr, estimator_, i, pr.min_cp_of[i]);
-      bucket_list buckets = bucketing_.buckets(pr, work);
-      throw_if_failed(check_buckets(buckets, pr.size()));
-      return buckets;
-    };
-    const bucket_source buckets(make_buckets);
-    plan p = packing_.pack(pr, estimator_, buckets);
+    plan p = packing_.pack(pr, estimator_);
     if constexpr (requires { estimator_.name(); })
       p.estimator = estimator_.name();
     canonicalize(p);
@@ -122,40 +112,14 @@ public:
 
   [[nodiscard]] const plan_options& options() const noexcept { return options_; }
   [[nodiscard]] const Estimator& estimator() const noexcept { return estimator_; }
-  [[nodiscard]] const Bucketing& bucketing() const noexcept { return bucketing_; }
   [[nodiscard]] const Packing& packing() const noexcept { return packing_; }
   [[nodiscard]] Communicator& communicator() noexcept { return communicator_; }
 
 private:
-  static status check_buckets(const bucket_list& buckets, std::size_t n) {
-    std::vector<char> seen(n, 0);
-    std::size_t count = 0;
-    for (const auto& b : buckets)
-      for (const auto s : b) {
-        if (s < 0 || static_cast<std::size_t>(s) >= n || seen[static_cast<std::size_t>(s)])
-          return status::failure(status_code::invalid_plan,
-                                 fmt::format("bucketing policy returned sample {} {}", s,
-                                             s < 0 || static_cast<std::size_t>(s) >= n
-                                                 ? "outside the batch"
-                                                 : "twice"),
-                                 s);
-        seen[static_cast<std::size_t>(s)] = 1;
-        ++count;
-      }
-    if (count != n)
-      for (std::size_t s = 0; s < n; ++s)
-        if (!seen[s])
-          return status::failure(status_code::invalid_plan,
-                                 fmt::format("bucketing policy lost sample {}", s),
-                                 static_cast<std::int64_t>(s));
-    return status::success();
-  }
-
   plan_options options_;
   // Policies are often empty types; no_unique_address keeps them from taking space (and keeps
   // GCC 12's -Wmaybe-uninitialized from flagging an empty estimator passed by reference).
   [[no_unique_address]] Estimator estimator_;
-  [[no_unique_address]] Bucketing bucketing_;
   [[no_unique_address]] Packing packing_;
   [[no_unique_address]] Communicator communicator_;
 };

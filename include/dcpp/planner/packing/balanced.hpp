@@ -69,7 +69,8 @@ struct balanced_step {
 //!   rounds than allowed, megatron_greedy's count becomes the bound after all.
 //! Where the megatron construction runs and is selected, a `balanced` plan is never slower than
 //! `megatron_greedy`'s under the same estimator.
-struct balanced {
+template <bucketing_policy Bucketing = by_cp_size>
+struct balanced_with {
   static constexpr std::string_view name = "balanced";
   //! Rounds allowed beyond the token lower bound; -1: a quarter more when the estimator has a
   //! micro-batch overhead, none otherwise.
@@ -83,26 +84,33 @@ struct balanced {
   static constexpr std::uint32_t construct_static = 8;
   balanced_tuning tuning{};
 
+  //! The order of the megatron, static and targeted constructions' samples. The buckets are
+  //! made only where one of those runs (not past the limits, but for the megatron fallback).
+  [[no_unique_address]] Bucketing bucketing{};
+
   [[nodiscard]] bool selected(balanced_construction c) const noexcept {
     return (constructions & (1u << static_cast<unsigned>(c))) != 0;
   }
 
   template <workload_estimator Estimator>
-  plan pack(const problem& pr, const Estimator& estimator, const bucket_list& buckets) const {
-    return pack(pr, estimator, bucket_source(buckets));
-  }
-  //! Reads the buckets only where a construction uses them (megatron, targeted, static; past
-  //! the limits only the megatron fallback): the planner then skips the bucketing.
-  template <workload_estimator Estimator>
-  plan pack(const problem& pr, const Estimator& estimator, const bucket_source& buckets) const;
+  plan pack(const problem& pr, const Estimator& estimator) const;
 };
 
+//! balanced with the default bucketing (by_cp_size).
+using balanced = balanced_with<>;
+
+template <bucketing_policy Bucketing>
 template <workload_estimator Estimator>
-plan balanced::pack(const problem& pr, const Estimator& estimator,
-                    const bucket_source& buckets) const {
+plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimator) const {
   using enum balanced_construction;
   using state = detail::assignment<Estimator>;
   const detail::cost_rows<Estimator> costs(pr, estimator);
+  std::optional<bucket_list> made;
+  const auto buckets = [&]() -> const bucket_list& {
+    if (!made)
+      made = make_buckets(bucketing, pr, estimator);
+    return *made;
+  };
   const plan_options& o = pr.options;
   const std::int64_t size = std::int64_t{costs.samples()} * o.world_size;
   const std::int32_t candidates =
@@ -148,7 +156,8 @@ plan balanced::pack(const problem& pr, const Estimator& estimator,
 
   const bool with_megatron = size <= tuning.megatron_limit;
   const plan megatron_plan =
-      with_megatron ? megatron_greedy{}.pack(pr, estimator, buckets) : plan{};
+      with_megatron ? megatron_greedy_with<Bucketing>{}.pack_in_order(pr, estimator, buckets())
+                    : plan{};
   if (with_megatron && selected(megatron))
     take_megatron(megatron_plan);
   else if (with_megatron)
@@ -184,7 +193,7 @@ plan balanced::pack(const problem& pr, const Estimator& estimator,
         // Megatron's count is the bound after all (the levelled rounds then compete as a plan:
         // groups and samples in plan order)
         state as_plan = state::from_plan(costs, a.to_plan(name));
-        take_megatron(megatron_greedy{}.pack(pr, estimator, buckets));
+        take_megatron(megatron_greedy_with<Bucketing>{}.pack_in_order(pr, estimator, buckets()));
         consider(as_plan);
       } else {
         consider(a);
@@ -192,9 +201,9 @@ plan balanced::pack(const problem& pr, const Estimator& estimator,
       break;
     }
     case fixed_cp: {
-      const static_cp fixed{};
+      const static_cp_with<Bucketing> fixed{};
       if (fixed.check(pr).ok()) {
-        state a = state::from_plan(costs, fixed.pack(pr, estimator, buckets));
+        state a = state::from_plan(costs, fixed.pack_in_order(pr, estimator, buckets()));
         consider(a);
       }
       break;
@@ -205,7 +214,7 @@ plan balanced::pack(const problem& pr, const Estimator& estimator,
            k += o.microbatch_multiple) {
         detail::sample_sizes sizes = least_area;
         const double target = detail::raise_toward_target(sizes, costs, k, tuning);
-        const std::vector<std::int32_t> order = detail::placement_order(buckets, sizes);
+        const std::vector<std::int32_t> order = detail::placement_order(buckets(), sizes);
         if (auto a = detail::targeted(costs, std::move(sizes), target, k, order, tuning)) {
           consider(*a);
           break;

@@ -23,12 +23,22 @@ namespace dcpp {
 //! original may form CP16 on 24 ranks, for which it creates no communicator); no negative-index
 //! wrap, no aliased per-rank lists, and the micro-batch multiple is met by splitting without
 //! forcing samples off CP 1.
-struct megatron_greedy {
+template <bucketing_policy Bucketing = by_cp_size>
+struct megatron_greedy_with {
   static constexpr std::string_view name = "megatron_greedy";
   double cap_slack = 0.05; //!< Megatron's _DYNAMIC_CP_WORKLOAD_CAP_DELTA
 
+  //! Samples taken in `bucketing`'s order (nothing but the order matters).
+  [[no_unique_address]] Bucketing bucketing{};
+
   template <workload_estimator Estimator>
-  plan pack(const problem& pr, const Estimator& estimator, const bucket_list& buckets) const {
+  plan pack(const problem& pr, const Estimator& estimator) const {
+    return pack_in_order(pr, estimator, make_buckets(bucketing, pr, estimator));
+  }
+  //! `pack` with the samples in the order of `buckets` (every sample exactly once).
+  template <workload_estimator Estimator>
+  plan pack_in_order(const problem& pr, const Estimator& estimator,
+                     const bucket_list& buckets) const {
     const plan_options& o = pr.options;
     std::vector<std::int32_t> remaining = detail::flatten(buckets);
     std::vector<detail::microbatch_state> mbs;
@@ -98,5 +108,8 @@ struct megatron_greedy {
     return detail::to_plan(pr, name, mbs);
   }
 };
+
+//! megatron_greedy with the default bucketing (by_cp_size).
+using megatron_greedy = megatron_greedy_with<>;
 
 } // namespace dcpp

@@ -17,7 +17,8 @@ namespace dcpp {
 //! fixed groups, and samples (heaviest first) go to the least-loaded (micro-batch, group) slot
 //! with token room. The micro-batch count starts at the token lower bound and grows only when a
 //! sample fits nowhere.
-struct static_cp {
+template <bucketing_policy Bucketing = by_cp_size>
+struct static_cp_with {
   static constexpr std::string_view name = "static_cp";
   std::int32_t cp = 0;
 
@@ -54,8 +55,17 @@ struct static_cp {
     return status::success();
   }
 
+  //! Samples taken in `bucketing`'s order (nothing but the order matters).
+  [[no_unique_address]] Bucketing bucketing{};
+
   template <workload_estimator Estimator>
-  plan pack(const problem& pr, const Estimator& estimator, const bucket_list& buckets) const {
+  plan pack(const problem& pr, const Estimator& estimator) const {
+    return pack_in_order(pr, estimator, make_buckets(bucketing, pr, estimator));
+  }
+  //! `pack` with the samples in the order of `buckets` (every sample exactly once).
+  template <workload_estimator Estimator>
+  plan pack_in_order(const problem& pr, const Estimator& estimator,
+                     const bucket_list& buckets) const {
     throw_if_failed(check(pr));
     const plan_options& o = pr.options;
     const std::int32_t c = resolve(pr);
@@ -132,5 +142,8 @@ struct static_cp {
     return p;
   }
 };
+
+//! static_cp with the default bucketing (by_cp_size).
+using static_cp = static_cp_with<>;
 
 } // namespace dcpp

@@ -14,11 +14,21 @@ namespace dcpp {
 //! remaining sample; the world is cut into as many groups of that size as fit; every remaining
 //! sample (longest first) joins the least-loaded group with token room, or waits for the next
 //! micro-batch. Groups of one micro-batch all have the same CP size.
-struct uniform_cp {
+template <bucketing_policy Bucketing = by_cp_size>
+struct uniform_cp_with {
   static constexpr std::string_view name = "uniform_cp";
 
+  //! Samples taken in `bucketing`'s order (nothing but the order matters).
+  [[no_unique_address]] Bucketing bucketing{};
+
   template <workload_estimator Estimator>
-  plan pack(const problem& pr, const Estimator& estimator, const bucket_list& buckets) const {
+  plan pack(const problem& pr, const Estimator& estimator) const {
+    return pack_in_order(pr, estimator, make_buckets(bucketing, pr, estimator));
+  }
+  //! `pack` with the samples in the order of `buckets` (every sample exactly once).
+  template <workload_estimator Estimator>
+  plan pack_in_order(const problem& pr, const Estimator& estimator,
+                     const bucket_list& buckets) const {
     const plan_options& o = pr.options;
     std::vector<std::int32_t> remaining = detail::flatten(buckets);
     std::vector<detail::microbatch_state> mbs;
@@ -53,5 +63,8 @@ struct uniform_cp {
     return detail::to_plan(pr, name, mbs);
   }
 };
+
+//! uniform_cp with the default bucketing (by_cp_size).
+using uniform_cp = uniform_cp_with<>;
 
 } // namespace dcpp

@@ -56,14 +56,6 @@ inline random_case make_random_case(std::uint64_t seed) {
   return c;
 }
 
-//! Every sample in one bucket, in id order (what a policy that uses buckets needs at least).
-inline dcpp::bucket_list one_bucket(std::size_t n) {
-  dcpp::bucket_list buckets(1);
-  for (std::size_t s = 0; s < n; ++s)
-    buckets[0].push_back(static_cast<std::int32_t>(s));
-  return buckets;
-}
-
 //! The assignment's invariants, and those of its plan checked independently.
 inline void check_state(const state& a, const batch& b) {
   CHECK(a.consistent());

@@ -39,7 +39,7 @@ TEST_CASE("assignment: a plan in and out is the same plan, its step time added u
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
     const batch b(c.options, c.lengths, seed % 2 == 0);
-    dcpp::plan p = dcpp::megatron_greedy{}.pack(b.pr, b.e, one_bucket(c.lengths.size()));
+    dcpp::plan p = dcpp::megatron_greedy{}.pack(b.pr, b.e);
     const state a = state::from_plan(b.costs, p);
     check_state(a, b);
     CHECK(a.rounds() == static_cast<std::int32_t>(p.microbatches.size()));

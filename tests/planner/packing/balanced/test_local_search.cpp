@@ -43,10 +43,9 @@ TEST_CASE("local search: never slower, every invariant kept, from every construc
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
     const batch b(c.options, c.lengths, seed % 2 == 0);
-    std::vector<dcpp::plan> starts = {
-        dcpp::megatron_greedy{}.pack(b.pr, b.e, one_bucket(c.lengths.size()))};
+    std::vector<dcpp::plan> starts = {dcpp::megatron_greedy{}.pack(b.pr, b.e)};
     if (dcpp::static_cp{}.check(b.pr).ok())
-      starts.push_back(dcpp::static_cp{}.pack(b.pr, b.e, one_bucket(c.lengths.size())));
+      starts.push_back(dcpp::static_cp{}.pack(b.pr, b.e));
     for (const auto& p : starts)
       for (const std::int32_t candidates : {1, 8, 64}) {
         state a = state::from_plan(b.costs, p);
