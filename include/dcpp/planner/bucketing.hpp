@@ -83,18 +83,19 @@ inline std::vector<std::int32_t> by_descending_work(const problem& p,
 struct by_cp_size {
   [[nodiscard]] bucket_list buckets(const problem& p, std::span<const double> work) const {
     (void)work;
-    // the classes by counting (a sample's smallest size is a legal one: its level), then each
+    // the classes by counting (a sample's smallest size is a legal one: its size index), then each
     // class by length alone, a one-word key
-    bucket_list by_level(p.cp_sizes.size());
+    bucket_list by_size(p.cp_sizes.size());
     for (std::size_t i = 0; i < p.size(); ++i)
-      by_level[static_cast<std::size_t>(p.level_of_cp[static_cast<std::size_t>(p.min_cp_of[i])])]
+      by_size[static_cast<std::size_t>(
+                  p.size_index_of_cp[static_cast<std::size_t>(p.min_cp_of[i])])]
           .push_back(static_cast<std::int32_t>(i));
     bucket_list out;
-    for (std::size_t l = by_level.size(); l-- > 0;)
-      if (!by_level[l].empty()) {
-        sort_ids_by_key(by_level[l],
+    for (std::size_t l = by_size.size(); l-- > 0;)
+      if (!by_size[l].empty()) {
+        sort_ids_by_key(by_size[l],
                         [&](std::int32_t a) { return -p.lengths[static_cast<std::size_t>(a)]; });
-        out.push_back(std::move(by_level[l]));
+        out.push_back(std::move(by_size[l]));
       }
     return out;
   }

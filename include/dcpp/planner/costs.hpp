@@ -23,11 +23,11 @@ namespace dcpp {
 //! bits of `cost` (transformer_cost does, with a fifth of the divisions).
 template <workload_estimator Estimator>
 void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_entries = 1 << 17) {
-  const std::size_t levels = pr.cp_sizes.size();
+  const std::size_t sizes_count = pr.cp_sizes.size();
   pr.costs.clear();
   pr.cost_row.clear();
   pr.row_sample.clear();
-  if (levels == 0 || pr.size() == 0)
+  if (sizes_count == 0 || pr.size() == 0)
     return;
   // rows by first occurrence of each length: a row per length value when the lengths are short
   // enough for that array to be no larger than a hash table of the samples (typical: lengths up
@@ -42,7 +42,7 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
   std::vector<std::int32_t> row_sample; // the first sample of each row's length
   std::vector<std::int32_t> rows(pr.size());
   const auto new_row = [&](std::size_t s) {
-    if ((row_sample.size() + 1) * levels > max_entries)
+    if ((row_sample.size() + 1) * sizes_count > max_entries)
       return false; // too large to pay: no table
     row_sample.push_back(static_cast<std::int32_t>(s));
     return true;
@@ -76,19 +76,19 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
       rows[s] = table[h].row;
     }
   }
-  pr.costs.assign(row_sample.size() * levels, std::numeric_limits<double>::quiet_NaN());
+  pr.costs.assign(row_sample.size() * sizes_count, std::numeric_limits<double>::quiet_NaN());
   const std::span<const std::int32_t> sizes(pr.cp_sizes);
   for (std::size_t r = 0; r < row_sample.size(); ++r) {
     const auto s = static_cast<std::size_t>(row_sample[r]);
-    // the sizes at or above the smallest: from its level on (sizes ascend)
+    // the sizes at or above the smallest: from its size index on (sizes ascend)
     const auto first =
-        static_cast<std::size_t>(pr.level_of_cp[static_cast<std::size_t>(pr.min_cp_of[s])]);
-    double* row = pr.costs.data() + r * levels;
+        static_cast<std::size_t>(pr.size_index_of_cp[static_cast<std::size_t>(pr.min_cp_of[s])]);
+    double* row = pr.costs.data() + r * sizes_count;
     if constexpr (requires(std::span<double> out) { estimator.costs(pr.lengths[s], sizes, out); }) {
       estimator.costs(pr.lengths[s], sizes.subspan(first),
-                      std::span<double>(row + first, levels - first));
+                      std::span<double>(row + first, sizes_count - first));
     } else {
-      for (std::size_t l = first; l < levels; ++l)
+      for (std::size_t l = first; l < sizes_count; ++l)
         row[l] = static_cast<double>(estimator.cost(pr.lengths[s], pr.cp_sizes[l]));
     }
   }
@@ -101,7 +101,7 @@ namespace detail {
 //! legal (a plan under validation).
 inline std::int32_t cost_column(const problem& pr, std::int32_t cp) noexcept {
   const auto ucp = static_cast<std::size_t>(cp);
-  return pr.costs.empty() || ucp >= pr.level_of_cp.size() ? -1 : pr.level_of_cp[ucp];
+  return pr.costs.empty() || ucp >= pr.size_index_of_cp.size() ? -1 : pr.size_index_of_cp[ucp];
 }
 //! `sample_cost` with `column = cost_column(pr, cp)` given (loops over one size look it up once).
 template <workload_estimator Estimator>

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dcpp/core/math.hpp"
+#include "dcpp/planner/cost_rows.hpp"
 #include "dcpp/planner/costs.hpp"
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/options.hpp"
@@ -32,42 +33,27 @@ namespace detail {
 //! `lower_bound` with the fewest micro-batches `k_min` (= min_microbatches(pr)) given.
 template <workload_estimator Estimator>
 double lower_bound(const problem& pr, const Estimator& estimator, std::int32_t k_min) {
-  const std::size_t levels = pr.cp_sizes.size();
-  // (least rank area, least time) of sample i over its feasible sizes
-  const auto best_of = [&](std::size_t i, const double* row) {
+  // (least rank area, least time) per cost row over its feasible sizes, summed in sample order
+  const cost_rows<Estimator> costs(pr, estimator);
+  std::vector<double> row_area(costs.rows());
+  double longest = 0;
+  for (std::size_t r = 0; r < row_area.size(); ++r) {
+    const auto first = static_cast<std::size_t>(costs.first_sample(r));
     double best_area = std::numeric_limits<double>::infinity();
     double best_time = std::numeric_limits<double>::infinity();
-    for (std::size_t l = 0; l < levels; ++l) {
-      const std::int32_t cp = pr.cp_sizes[l];
-      if (cp < pr.min_cp_of[i])
+    for (const std::int32_t cp : pr.cp_sizes) {
+      if (cp < pr.min_cp_of[first])
         continue;
-      const double t =
-          row == nullptr ? static_cast<double>(estimator.cost(pr.lengths[i], cp)) : row[l];
+      const double t = costs.row_cost(static_cast<std::int32_t>(r), cp);
       best_area = std::min(best_area, t * cp);
       best_time = std::min(best_time, t);
     }
-    return std::pair(best_area, best_time);
-  };
-  double area = 0;
-  double longest = 0;
-  if (pr.costs.empty()) {
-    for (std::size_t i = 0; i < pr.size(); ++i) {
-      const auto [a, t] = best_of(i, nullptr);
-      area += a;
-      longest = std::max(longest, t);
-    }
-  } else {
-    // once per row (samples of one length share it), summed in sample order as above
-    std::vector<double> row_area(pr.row_sample.size());
-    for (std::size_t r = 0; r < pr.row_sample.size(); ++r) {
-      const auto first = static_cast<std::size_t>(pr.row_sample[r]);
-      const auto [a, t] = best_of(first, pr.cost_row_of(first));
-      row_area[r] = a;
-      longest = std::max(longest, t);
-    }
-    for (const std::int32_t row : pr.cost_row)
-      area += row_area[static_cast<std::size_t>(row)];
+    row_area[r] = best_area;
+    longest = std::max(longest, best_time);
   }
+  double area = 0;
+  for (std::int32_t s = 0; s < costs.samples(); ++s)
+    area += row_area[static_cast<std::size_t>(costs.row_of(s))];
   return std::max(area / pr.options.world_size, longest) + k_min * microbatch_overhead(estimator);
 }
 } // namespace detail

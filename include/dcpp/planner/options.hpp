@@ -134,11 +134,11 @@ struct problem {
   std::vector<std::int64_t> lengths;
   std::vector<std::int32_t> min_cp_of; //!< per sample: smallest legal cp that fits
   std::vector<std::int32_t> cp_sizes;  //!< legal cp sizes, ascending
-  //! `level_of_cp[cp]`: the index of a legal size in `cp_sizes`, -1 for other sizes up to the
+  //! `size_index_of_cp[cp]`: the index of a legal size in `cp_sizes`, -1 for other sizes up to the
   //! largest legal one.
-  std::vector<std::int32_t> level_of_cp;
+  std::vector<std::int32_t> size_index_of_cp;
   //! Optional table of the estimator's costs, filled by `tabulate_costs` (dcpp/planner/costs.hpp):
-  //! samples of one length share a row, `cost_row[s]`; `costs[row * cp_sizes.size() + level]`
+  //! samples of one length share a row, `cost_row[s]`; `costs[row * cp_sizes.size() + size_index]`
   //! for every legal size at or above the length's smallest. Read through `sample_cost`, which
   //! calls the estimator when the table is empty; the values are the estimator's own (same bits).
   //! Rows are numbered by first occurrence: `row_sample[r]` is the first sample of row r.
@@ -147,7 +147,7 @@ struct problem {
   std::vector<std::int32_t> row_sample;
 
   [[nodiscard]] std::size_t size() const noexcept { return lengths.size(); }
-  //! The row of `costs` for `sample`'s length (indexed by level), or nullptr without a table.
+  //! The row of `costs` for `sample`'s length (indexed by size index), or nullptr without a table.
   [[nodiscard]] const double* cost_row_of(std::size_t sample) const noexcept {
     return cost_row.empty()
                ? nullptr
@@ -202,10 +202,10 @@ inline problem make_problem(const plan_options& o, std::span<const std::int64_t>
   p.options = o;
   p.lengths.assign(lengths.begin(), lengths.end());
   p.cp_sizes = legal_cp_sizes(o);
-  p.level_of_cp.assign(p.cp_sizes.empty() ? 0 : static_cast<std::size_t>(p.cp_sizes.back()) + 1,
-                       -1);
+  p.size_index_of_cp.assign(
+      p.cp_sizes.empty() ? 0 : static_cast<std::size_t>(p.cp_sizes.back()) + 1, -1);
   for (std::size_t l = 0; l < p.cp_sizes.size(); ++l)
-    p.level_of_cp[static_cast<std::size_t>(p.cp_sizes[l])] = static_cast<std::int32_t>(l);
+    p.size_index_of_cp[static_cast<std::size_t>(p.cp_sizes[l])] = static_cast<std::int32_t>(l);
   p.min_cp_of.resize(lengths.size());
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     for (const std::int32_t cp : p.cp_sizes) {

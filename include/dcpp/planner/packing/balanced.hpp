@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "dcpp/planner/cost_rows.hpp"
 #include "dcpp/planner/packing.hpp"
 #include "dcpp/planner/packing/balanced/assignment.hpp"
-#include "dcpp/planner/packing/balanced/cost_rows.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
 #include "dcpp/planner/packing/balanced/levelled.hpp"
 #include "dcpp/planner/packing/balanced/local_search.hpp"

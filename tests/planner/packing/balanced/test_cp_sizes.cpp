@@ -1,11 +1,11 @@
-// Tests for balanced/cost_rows.hpp and balanced/cp_sizes.hpp: the cost view reads the same
+// Tests for planner/cost_rows.hpp and balanced/cp_sizes.hpp: the cost view reads the same
 // numbers with and without a table; the CP sizes against properties checked size by size.
 #include "../../../support.hpp"
 
 #include <cstdint>
 #include <vector>
 
-#include "dcpp/planner/packing/balanced/cost_rows.hpp"
+#include "dcpp/planner/cost_rows.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
 #include "parts.hpp"
 

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "dcpp/planner/cost_rows.hpp"
 #include "dcpp/planner/packing.hpp"
-#include "dcpp/planner/packing/balanced/cost_rows.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
 #include "dcpp/planner/packing/balanced/indexed_heap.hpp"
 

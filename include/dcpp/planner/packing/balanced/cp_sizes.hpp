@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dcpp/core/math.hpp"
-#include "dcpp/planner/packing/balanced/cost_rows.hpp"
+#include "dcpp/planner/cost_rows.hpp"
 #include "dcpp/planner/packing/balanced/tuning.hpp"
 
 namespace dcpp::detail {

@@ -1,6 +1,6 @@
-// The costs the balanced portfolio reads, through one view whether or not the problem holds a
-// cost table: samples of one length share a row (with a table, its row; without one, every
-// sample is a row of its own), so each algorithm has one code path that works per row.
+// The costs a planning algorithm reads, through one view whether or not the problem holds a cost
+// table: samples of one length share a row (with a table, its row; without one, every sample is
+// a row of its own), so each algorithm has one code path that works per row.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +12,8 @@
 
 namespace dcpp::detail {
 
-//! Read-only view of a problem's costs and token counts for the balanced portfolio.
+//! Read-only view of a problem's costs and token counts (the balanced portfolio and the lower
+//! bound read costs through it).
 //! * Rows: `rows()` of them, `row_of(s)` the row of sample s, `first_sample(r)` the first
 //!   sample of row r (rows are numbered by first occurrence, so first samples ascend);
 //! * `row_cost(r, cp)`: the estimator's cost of row r's length at a size at or above its
@@ -35,7 +36,7 @@ public:
   //! Number of legal CP sizes; `size_index(cp)` is a legal size's position among them.
   [[nodiscard]] std::size_t sizes() const noexcept { return pr_.cp_sizes.size(); }
   [[nodiscard]] std::size_t size_index(std::int32_t cp) const {
-    const std::int32_t index = pr_.level_of_cp[static_cast<std::size_t>(cp)];
+    const std::int32_t index = pr_.size_index_of_cp[static_cast<std::size_t>(cp)];
     DCPP_EXPECTS(index >= 0);
     return static_cast<std::size_t>(index);
   }
