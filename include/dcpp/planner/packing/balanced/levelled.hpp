@@ -21,8 +21,8 @@ namespace dcpp::detail {
 
 //! One sample as the levelled construction sees it, stored in the order it visits them
 //! (descending work per token): a round's scan reads these one after another instead of
-//! fetching each sample's fields from arrays indexed by sample id (those random fetches were a
-//! third of the construction's cycles on 65,536 samples).
+//! fetching each sample's fields from arrays indexed by sample id, its costliest reads (see
+//! docs/benchmarks.md, "balanced: how the numbers were chosen").
 struct levelled_slot {
   double cost = 0;      // at `cp`
   double per_token = 0; // work per rank token at the least-area size
