@@ -164,10 +164,9 @@ status check_conv1d(const kernels::conv1d_params<T>& p, const conv1d_layout& l, 
   // backward) while other threads write the output: an output overlapping an input races on a GPU
   // (the host launcher's one-at-a-time threads would hide it), so it is refused here.
   const auto bytes =
-      static_cast<std::uintptr_t>(p.tokens) * static_cast<std::uintptr_t>(p.channels) * sizeof(T);
-  auto overlap = [bytes](const void* a, const void* b) {
-    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
-    return a != nullptr && b != nullptr && bytes > 0 && x < y + bytes && y < x + bytes;
+      static_cast<std::uint64_t>(p.tokens) * static_cast<std::uint64_t>(p.channels) * sizeof(T);
+  const auto overlap = [bytes](const void* a, const void* b) {
+    return bytes_overlap(a, bytes, b, bytes);
   };
   if (!backward && overlap(p.y, p.x))
     return fail("conv1d: y overlaps x; the forward reads neighbouring tokens of x while writing y, "

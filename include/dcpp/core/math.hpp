@@ -70,4 +70,16 @@ private:
   std::uint64_t h_ = 0xcbf29ce484222325ULL;
 };
 
+//! Whether the byte ranges [a, a + a_bytes) and [b, b + b_bytes) share a byte; an empty range
+//! or a null pointer shares none. Exact for ranges that end at the top of the address space (no
+//! `a + a_bytes` is formed, so nothing wraps).
+DCPP_HOST_DEVICE inline bool bytes_overlap(const void* a, std::uint64_t a_bytes, const void* b,
+                                           std::uint64_t b_bytes) noexcept {
+  if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0)
+    return false;
+  const auto x = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(a));
+  const auto y = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(b));
+  return x <= y ? y - x < a_bytes : x - y < b_bytes;
+}
+
 } // namespace dcpp

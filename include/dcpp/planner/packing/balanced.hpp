@@ -121,12 +121,12 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   // Rounds beyond the token minimum: `extra_microbatches`, or, when the estimator prices a
   // micro-batch (so that an extra round must pay for itself), up to a quarter more.
   std::int64_t extra = std::int64_t{extra_microbatches} * o.microbatch_multiple;
-  if (extra_microbatches < 0)
-    extra =
-        costs.overhead() > 0
-            ? round_up<std::int64_t>(std::max<std::int64_t>(1, ceil_div<std::int64_t>(k_min, 4)),
-                                     o.microbatch_multiple)
-            : 0;
+  if (extra_microbatches < 0) {
+    const std::int64_t share = ceil_div<std::int64_t>(k_min, tuning.extra_rounds_divisor);
+    extra = costs.overhead() > 0
+                ? round_up<std::int64_t>(std::max<std::int64_t>(1, share), o.microbatch_multiple)
+                : 0;
+  }
   std::size_t allowed = static_cast<std::size_t>(k_min + extra);
 
   plan best;
@@ -210,7 +210,7 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
     }
     case targeted:
       // at the fewest rounds that pack, with the CP sizes raised toward the per-rank target
-      for (std::int32_t k = k_min; with_megatron && static_cast<std::size_t>(k) <= allowed;
+      for (std::int32_t k = k_min; static_cast<std::size_t>(k) <= allowed;
            k += o.microbatch_multiple) {
         detail::sample_sizes sizes = least_area;
         const double target = detail::raise_toward_target(sizes, costs, k, tuning);

@@ -28,6 +28,7 @@
 
 #include "dcpp/core/config.hpp"
 #include "dcpp/core/float16.hpp"
+#include "dcpp/core/math.hpp"
 #include "dcpp/core/simt.hpp"
 
 namespace dcpp::kernels {
@@ -113,12 +114,9 @@ const char* attention_overlap(const attention_params<T>& p, int dqk, int dv, att
       dq{"dq", p.dq, n * h * dqk * 4}, dk{"dk", p.dk, n * hk * dqk * 4},
       dv_{"dv", p.dv, n * hk * dv * 4};
   const auto overlap = [](const range& a, const range& b) {
-    if (a.data == nullptr || b.data == nullptr || a.bytes <= 0 || b.bytes <= 0)
-      return false;
-    const auto a0 = reinterpret_cast<std::uintptr_t>(a.data),
-               b0 = reinterpret_cast<std::uintptr_t>(b.data);
-    return a0 < b0 + static_cast<std::uintptr_t>(b.bytes) &&
-           b0 < a0 + static_cast<std::uintptr_t>(a.bytes);
+    return a.bytes > 0 && b.bytes > 0 &&
+           bytes_overlap(a.data, static_cast<std::uint64_t>(a.bytes), b.data,
+                         static_cast<std::uint64_t>(b.bytes));
   };
   const auto first = [&](std::initializer_list<range> outputs,
                          std::initializer_list<range> inputs) -> const char* {

@@ -51,6 +51,9 @@ struct balanced_tuning {
   std::int32_t raise_passes = 3;
 
   // ---- portfolio -------------------------------------------------------------------------------
+  //! With `extra_microbatches = -1` and an estimator that prices a micro-batch, up to 1/this
+  //! more rounds than the token minimum (at least one): an extra round must pay for itself.
+  std::int32_t extra_rounds_divisor = 4;
   //! A construction this factor slower than the best plan so far is not improved: the local
   //! search does not close such a gap, and it is the costly part.
   double improve_within = 1.25;
