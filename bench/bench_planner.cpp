@@ -58,7 +58,7 @@ outcome run(const bench_case& c, const Estimator& estimator, Packing packing, in
 
 template <class Estimator>
 bool run_table(const std::vector<bench_case>& cases, const Estimator& estimator, int repeats,
-               double efficiency_target) {
+               double efficiency_target, const std::string& only) {
   fmt::print("{:<30} {:>5} {:>6} {:<16} {:>11} {:>7} {:>4} {:>9} {:>9} {:>9} {:>7}\n", "workload",
              "ranks", "samples", "policy", "step time", "eff", "mbs", "max load", "mean load",
              "plan ms", "ceiling");
@@ -70,11 +70,17 @@ bool run_table(const std::vector<bench_case>& cases, const Estimator& estimator,
       const problem pr = make_problem(c.options, c.lengths);
       ceiling = lower_bound(pr, estimator) / budget_lower_bound(pr, estimator);
     }
-    const outcome results[] = {
-        run(c, estimator, balanced{}, repeats), run(c, estimator, megatron_greedy{}, repeats),
-        run(c, estimator, uniform_cp{}, repeats), run(c, estimator, static_cp{}, repeats)};
     const char* names[] = {"balanced", "megatron_greedy", "uniform_cp", "static_cp"};
+    // `only` (--policy) plans with one policy; the others are neither run nor printed
+    const auto wanted = [&](int i) { return only.empty() || only == names[i]; };
+    const auto maybe = [&](int i, const auto& packing) {
+      return wanted(i) ? run(c, estimator, packing, repeats) : outcome{};
+    };
+    const outcome results[] = {maybe(0, balanced{}), maybe(1, megatron_greedy{}),
+                               maybe(2, uniform_cp{}), maybe(3, static_cp{})};
     for (int i = 0; i < 4; ++i) {
+      if (!wanted(i))
+        continue;
       const auto& r = results[i];
       if (!r.ok) {
         fmt::print("{:<30} {:>5} {:>6} {:<16} n/a: {}\n", c.name, c.options.world_size,
@@ -121,6 +127,11 @@ int main(int argc, char** argv) {
   std::string topology_name = "aligned";
   app.add_option("--topology", topology_name, "group topology of every case")
       ->check(CLI::IsMember({"aligned", "contiguous"}));
+  std::string only_policy;
+  app.add_option("--policy", only_policy,
+                 "plan with this policy alone (the others are skipped, and with them the "
+                 "comparison with megatron_greedy)")
+      ->check(CLI::IsMember({"balanced", "megatron_greedy", "uniform_cp", "static_cp"}));
   CLI11_PARSE(app, argc, argv);
 
   const auto estimator = transformer_cost::from_preset(estimator_name);
@@ -146,15 +157,15 @@ int main(int argc, char** argv) {
   bool good = true;
   if (!generated.empty()) {
     fmt::print("# generated workloads, estimator {}, efficiency target 0.97\n", estimator->name());
-    good = run_table(generated, *estimator, repeats, 0.97);
+    good = run_table(generated, *estimator, repeats, 0.97, only_policy);
   }
   if (!refs.empty()) {
     fmt::print("\n# reference workloads ({}), estimator megatron (length^2/cp), as Megatron-LM "
                "plans them\n",
                reference_dir);
-    good = run_table(refs, megatron_cost{}, repeats, 0.0) && good;
+    good = run_table(refs, megatron_cost{}, repeats, 0.0, only_policy) && good;
     fmt::print("\n# reference workloads, estimator {}\n", estimator->name());
-    good = run_table(refs, *estimator, repeats, 0.0) && good;
+    good = run_table(refs, *estimator, repeats, 0.0, only_policy) && good;
   }
   return strict && !good ? 1 : 0;
 }

@@ -220,11 +220,15 @@ TEST_CASE("plan: the cost table holds the estimator's bits; sample_cost falls ba
       CHECK(std::memcmp(by_cost.costs.data(), pr.costs.data(), pr.costs.size() * sizeof(double)) ==
             0);
       CHECK(by_cost.cost_row == pr.cost_row);
-      // over the entry limit: no table, the same answers
+      // over the entry limit: the same rows, no table, the same answers
+      const auto rows = pr.cost_row;
+      const auto firsts = pr.row_sample;
       dcpp::tabulate_costs(pr, e, 1);
       CHECK(pr.costs.empty());
-      CHECK(pr.cost_row.empty());
-      CHECK(pr.row_sample.empty());
+      CHECK(pr.cost_row == rows);
+      CHECK(pr.row_sample == firsts);
+      CHECK(pr.cost_row_of(0) == nullptr);
+      CHECK(dcpp::lower_bound(pr, e) == untabulated);
       CHECK(dcpp::sample_cost(pr, e, 0, pr.cp_sizes.back()) ==
             e.cost(pr.lengths[0], pr.cp_sizes.back()));
     }

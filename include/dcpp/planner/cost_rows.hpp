@@ -1,6 +1,7 @@
 // The costs a planning algorithm reads, through one view whether or not the problem holds a cost
-// table: samples of one length share a row (with a table, its row; without one, every sample is
-// a row of its own), so each algorithm has one code path that works per row.
+// table: samples of one length share a row (the rows `tabulate_costs` made, with or without the
+// table itself; on a problem it never saw, every sample is a row of its own), so each algorithm
+// has one code path that works per row.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +24,7 @@ template <workload_estimator Estimator>
 class cost_rows {
 public:
   cost_rows(const problem& pr, const Estimator& estimator) noexcept
-      : pr_(pr), estimator_(estimator), table_(!pr.cost_row.empty()) {}
+      : pr_(pr), estimator_(estimator), grouped_(!pr.cost_row.empty()), table_(!pr.costs.empty()) {}
 
   [[nodiscard]] const problem& batch() const noexcept { return pr_; }
   [[nodiscard]] const Estimator& estimator() const noexcept { return estimator_; }
@@ -42,18 +43,19 @@ public:
   }
 
   [[nodiscard]] std::size_t rows() const noexcept {
-    return table_ ? pr_.row_sample.size() : pr_.size();
+    return grouped_ ? pr_.row_sample.size() : pr_.size();
   }
   [[nodiscard]] std::int32_t row_of(std::int32_t s) const noexcept {
-    return table_ ? pr_.cost_row[static_cast<std::size_t>(s)] : s;
+    return grouped_ ? pr_.cost_row[static_cast<std::size_t>(s)] : s;
   }
   [[nodiscard]] std::int32_t first_sample(std::size_t row) const noexcept {
-    return table_ ? pr_.row_sample[row] : static_cast<std::int32_t>(row);
+    return grouped_ ? pr_.row_sample[row] : static_cast<std::int32_t>(row);
   }
   [[nodiscard]] double row_cost(std::int32_t row, std::int32_t cp) const {
     if (table_)
       return pr_.costs[static_cast<std::size_t>(row) * pr_.cp_sizes.size() + size_index(cp)];
-    return static_cast<double>(estimator_.cost(pr_.lengths[static_cast<std::size_t>(row)], cp));
+    const auto first = static_cast<std::size_t>(first_sample(static_cast<std::size_t>(row)));
+    return static_cast<double>(estimator_.cost(pr_.lengths[first], cp));
   }
 
   [[nodiscard]] double cost(std::int32_t s, std::int32_t cp) const {
@@ -67,7 +69,8 @@ public:
 private:
   const problem& pr_;
   const Estimator& estimator_;
-  bool table_;
+  bool grouped_; // samples grouped by length (tabulate_costs ran)
+  bool table_;   // and the costs tabulated
 };
 
 } // namespace dcpp::detail

@@ -13,12 +13,14 @@
 
 namespace dcpp {
 
-//! Fills `pr.costs` with `estimator.cost(length, cp)` for every distinct length and every legal
-//! size at or above its smallest (the sizes any plan may give it), so that planning and
-//! evaluation call the estimator once per (length, size). Only while the table stays small
+//! Groups the samples by length (`pr.cost_row`, `pr.row_sample`: rows numbered by first
+//! occurrence) and fills `pr.costs` with `estimator.cost(length, cp)` for every row and every
+//! legal size at or above its smallest (the sizes any plan may give it), so that planning and
+//! evaluation call the estimator once per (length, size). The table only while it stays small
 //! enough to live in cache (`max_entries` rows x sizes; measured: 4,096 SFT samples on 64 ranks
 //! plan faster with it, and a 65,536 x 11 per-sample table made 65,536 samples on 1,024 ranks
-//! slower than calling the transformer model): otherwise `sample_cost` calls the estimator.
+//! slower than calling the transformer model): otherwise `sample_cost` calls the estimator, and
+//! the rows still let work per length be done once per length (`cost_rows`).
 //! An estimator may offer `costs(length, sizes, out)` filling a row at once; it must give the
 //! bits of `cost` (transformer_cost does, with a fifth of the divisions).
 template <workload_estimator Estimator>
@@ -41,12 +43,7 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
   };
   std::vector<std::int32_t> row_sample; // the first sample of each row's length
   std::vector<std::int32_t> rows(pr.size());
-  const auto new_row = [&](std::size_t s) {
-    if ((row_sample.size() + 1) * sizes_count > max_entries)
-      return false; // too large to pay: no table
-    row_sample.push_back(static_cast<std::int32_t>(s));
-    return true;
-  };
+  const auto new_row = [&](std::size_t s) { row_sample.push_back(static_cast<std::int32_t>(s)); };
   const std::int64_t longest = *std::max_element(pr.lengths.begin(), pr.lengths.end());
   if (static_cast<std::uint64_t>(longest) < slots * sizeof(slot) / sizeof(std::int32_t)) {
     std::vector<std::int32_t> row_of(static_cast<std::size_t>(longest) + 1, -1);
@@ -54,8 +51,7 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
       DCPP_EXPECTS(pr.lengths[s] >= 0);
       std::int32_t& row = row_of[static_cast<std::size_t>(pr.lengths[s])];
       if (row < 0) {
-        if (!new_row(s))
-          return;
+        new_row(s);
         row = static_cast<std::int32_t>(row_sample.size() - 1);
       }
       rows[s] = row;
@@ -69,17 +65,20 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
       while (table[h].row >= 0 && table[h].length != length)
         h = (h + 1) & (slots - 1);
       if (table[h].row < 0) {
-        if (!new_row(s))
-          return;
+        new_row(s);
         table[h] = {length, static_cast<std::int32_t>(row_sample.size() - 1)};
       }
       rows[s] = table[h].row;
     }
   }
-  pr.costs.assign(row_sample.size() * sizes_count, std::numeric_limits<double>::quiet_NaN());
+  pr.cost_row = std::move(rows);
+  pr.row_sample = std::move(row_sample);
+  if (pr.row_sample.size() * sizes_count > max_entries)
+    return; // too large to pay: rows without a table
+  pr.costs.assign(pr.row_sample.size() * sizes_count, std::numeric_limits<double>::quiet_NaN());
   const std::span<const std::int32_t> sizes(pr.cp_sizes);
-  for (std::size_t r = 0; r < row_sample.size(); ++r) {
-    const auto s = static_cast<std::size_t>(row_sample[r]);
+  for (std::size_t r = 0; r < pr.row_sample.size(); ++r) {
+    const auto s = static_cast<std::size_t>(pr.row_sample[r]);
     // the sizes at or above the smallest: from its size index on (sizes ascend)
     const auto first =
         static_cast<std::size_t>(pr.size_index_of_cp[static_cast<std::size_t>(pr.min_cp_of[s])]);
@@ -92,8 +91,6 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
         row[l] = static_cast<double>(estimator.cost(pr.lengths[s], pr.cp_sizes[l]));
     }
   }
-  pr.cost_row = std::move(rows);
-  pr.row_sample = std::move(row_sample);
 }
 
 namespace detail {

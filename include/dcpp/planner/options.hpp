@@ -137,11 +137,12 @@ struct problem {
   //! `size_index_of_cp[cp]`: the index of a legal size in `cp_sizes`, -1 for other sizes up to the
   //! largest legal one.
   std::vector<std::int32_t> size_index_of_cp;
-  //! Optional table of the estimator's costs, filled by `tabulate_costs` (dcpp/planner/costs.hpp):
-  //! samples of one length share a row, `cost_row[s]`; `costs[row * cp_sizes.size() + size_index]`
-  //! for every legal size at or above the length's smallest. Read through `sample_cost`, which
-  //! calls the estimator when the table is empty; the values are the estimator's own (same bits).
-  //! Rows are numbered by first occurrence: `row_sample[r]` is the first sample of row r.
+  //! Optional rows and table of the estimator's costs, filled by `tabulate_costs`
+  //! (dcpp/planner/costs.hpp): samples of one length share a row, `cost_row[s]`, numbered by
+  //! first occurrence (`row_sample[r]` is the first sample of row r); when the table is not too
+  //! large, `costs[row * cp_sizes.size() + size_index]` for every legal size at or above the
+  //! length's smallest. Read through `sample_cost`, which calls the estimator when `costs` is
+  //! empty; the values are the estimator's own (same bits).
   std::vector<double> costs;
   std::vector<std::int32_t> cost_row;
   std::vector<std::int32_t> row_sample;
@@ -149,7 +150,7 @@ struct problem {
   [[nodiscard]] std::size_t size() const noexcept { return lengths.size(); }
   //! The row of `costs` for `sample`'s length (indexed by size index), or nullptr without a table.
   [[nodiscard]] const double* cost_row_of(std::size_t sample) const noexcept {
-    return cost_row.empty()
+    return costs.empty()
                ? nullptr
                : costs.data() + static_cast<std::size_t>(cost_row[sample]) * cp_sizes.size();
   }

@@ -20,11 +20,17 @@ using estimator = dcpp::transformer_cost;
 using costs_view = dcpp::detail::cost_rows<estimator>;
 using state = dcpp::detail::assignment<estimator>;
 
-//! A problem with or without its cost table and the view over it (the view refers to both, so a
-//! batch neither copies nor moves).
+//! How a batch's costs are read: no rows (a problem `tabulate_costs` never saw), rows by length
+//! without a table (over its entry limit), or rows and the table.
+enum class tabulation { none, rows_only, table };
+
+//! A problem, tabulated or not, and the view over it (the view refers to both, so a batch
+//! neither copies nor moves). `true`: the table; `false`: none.
 struct batch {
   batch(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths, bool table)
-      : pr(make(o, lengths, table)), costs(pr, e) {}
+      : batch(o, lengths, table ? tabulation::table : tabulation::none) {}
+  batch(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths, tabulation t)
+      : pr(make(o, lengths, t)), costs(pr, e) {}
   batch(const batch&) = delete;
   batch& operator=(const batch&) = delete;
 
@@ -34,10 +40,10 @@ struct batch {
 
 private:
   static dcpp::problem make(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths,
-                            bool table) {
+                            tabulation t) {
     dcpp::problem p = dcpp::make_problem(o, lengths);
-    if (table)
-      dcpp::tabulate_costs(p, estimator{});
+    if (t != tabulation::none)
+      dcpp::tabulate_costs(p, estimator{}, t == tabulation::table ? std::size_t{1} << 17 : 0);
     return p;
   }
 };

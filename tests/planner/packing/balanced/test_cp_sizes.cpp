@@ -3,6 +3,7 @@
 #include "../../../support.hpp"
 
 #include <cstdint>
+#include <set>
 #include <vector>
 
 #include "dcpp/planner/cost_rows.hpp"
@@ -24,29 +25,33 @@ std::vector<std::int32_t> ladder_of(const dcpp::problem& pr, std::int32_t s) {
 }
 } // namespace
 
-TEST_CASE("cost_rows: with and without a table, the same bits for every sample and size") {
+TEST_CASE("cost_rows: no rows, rows without a table, and the table give the same bits") {
   for (std::uint64_t seed = 1; seed <= 40; ++seed) {
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
-    const batch with(c.options, c.lengths, true);
-    const batch without(c.options, c.lengths, false);
+    const batch without(c.options, c.lengths, tabulation::none);
     REQUIRE(without.costs.rows() == c.lengths.size());
-    CHECK(with.costs.rows() <= without.costs.rows());
-    for (std::int32_t s = 0; s < with.costs.samples(); ++s) {
-      const std::int32_t row = with.costs.row_of(s);
-      // a row's first sample has the row's length and comes first
-      const std::int32_t first = with.costs.first_sample(static_cast<std::size_t>(row));
-      CHECK(first <= s);
-      CHECK(c.lengths[static_cast<std::size_t>(first)] == c.lengths[static_cast<std::size_t>(s)]);
-      CHECK(without.costs.row_of(s) == s);
-      for (const std::int32_t cp : ladder_of(with.pr, s)) {
-        const double direct =
-            static_cast<double>(estimator{}.cost(c.lengths[static_cast<std::size_t>(s)], cp));
-        CHECK(with.costs.cost(s, cp) == direct);
-        CHECK(with.costs.row_cost(row, cp) == direct);
-        CHECK(without.costs.row_cost(s, cp) == direct);
-        CHECK(with.costs.tokens(s, cp) ==
-              dcpp::tokens_per_rank(c.options, c.lengths[static_cast<std::size_t>(s)], cp));
+    for (const tabulation t : {tabulation::rows_only, tabulation::table}) {
+      const batch with(c.options, c.lengths, t);
+      CHECK(with.pr.costs.empty() == (t == tabulation::rows_only));
+      CHECK(with.costs.rows() ==
+            std::set<std::int64_t>(c.lengths.begin(), c.lengths.end()).size()); // one per length
+      for (std::int32_t s = 0; s < with.costs.samples(); ++s) {
+        const std::int32_t row = with.costs.row_of(s);
+        // a row's first sample has the row's length and comes first
+        const std::int32_t first = with.costs.first_sample(static_cast<std::size_t>(row));
+        CHECK(first <= s);
+        CHECK(c.lengths[static_cast<std::size_t>(first)] == c.lengths[static_cast<std::size_t>(s)]);
+        CHECK(without.costs.row_of(s) == s);
+        for (const std::int32_t cp : ladder_of(with.pr, s)) {
+          const double direct =
+              static_cast<double>(estimator{}.cost(c.lengths[static_cast<std::size_t>(s)], cp));
+          CHECK(with.costs.cost(s, cp) == direct);
+          CHECK(with.costs.row_cost(row, cp) == direct);
+          CHECK(without.costs.row_cost(s, cp) == direct);
+          CHECK(with.costs.tokens(s, cp) ==
+                dcpp::tokens_per_rank(c.options, c.lengths[static_cast<std::size_t>(s)], cp));
+        }
       }
     }
   }
@@ -57,8 +62,8 @@ TEST_CASE("least_area_sizes: the least rank area on the ladder, no larger size f
   for (std::uint64_t seed = 1; seed <= 40; ++seed) {
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
-    for (const bool table : {false, true}) {
-      const batch b(c.options, c.lengths, table);
+    for (const tabulation t : {tabulation::none, tabulation::rows_only, tabulation::table}) {
+      const batch b(c.options, c.lengths, t);
       const d::sample_sizes sizes = d::least_area_sizes(b.costs, tuning);
       for (std::int32_t s = 0; s < b.costs.samples(); ++s) {
         CAPTURE(s);

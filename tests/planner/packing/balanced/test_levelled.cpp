@@ -30,8 +30,8 @@ TEST_CASE("levelled_inputs: samples by work per token, then length, then id") {
   for (std::uint64_t seed = 1; seed <= 30; ++seed) {
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
-    for (const bool table : {false, true}) {
-      const batch b(c.options, c.lengths, table);
+    for (const tabulation t : {tabulation::none, tabulation::rows_only, tabulation::table}) {
+      const batch b(c.options, c.lengths, t);
       const d::sample_sizes sizes = d::least_area_sizes(b.costs, dcpp::balanced_tuning{});
       const d::levelled_start start = d::levelled_inputs(b.costs, sizes);
       REQUIRE(start.slots.size() == c.lengths.size());
@@ -76,15 +76,17 @@ TEST_CASE("levelled: every sample once, legal groups, a multiple of rounds, any 
   }
 }
 
-TEST_CASE("levelled: the same rounds with and without the cost table") {
+TEST_CASE("levelled: the same rounds with the cost table, rows alone, or neither") {
   const d::levelled_reach reach{};
   for (std::uint64_t seed = 1; seed <= 40; ++seed) {
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
-    const batch with(c.options, c.lengths, true);
-    const batch without(c.options, c.lengths, false);
-    CHECK(levelled_on(with, reach).to_plan("t").microbatches ==
-          levelled_on(without, reach).to_plan("t").microbatches);
+    const batch without(c.options, c.lengths, tabulation::none);
+    const auto expected = levelled_on(without, reach).to_plan("t").microbatches;
+    for (const tabulation t : {tabulation::rows_only, tabulation::table}) {
+      const batch with(c.options, c.lengths, t);
+      CHECK(levelled_on(with, reach).to_plan("t").microbatches == expected);
+    }
   }
 }
 
