@@ -337,3 +337,33 @@ TEST_CASE("balanced: the cost table changes no plan") {
     CHECK(a.microbatches == c.microbatches);
   }
 }
+
+TEST_CASE("balanced: an unusable tuning is refused, naming the member, its value and the limit") {
+  const dcpp::plan_options o = options_for(16, 4096);
+  const auto lengths = w::bimodal(100, 3);
+  CHECK(dcpp::balanced_tuning{}.check().ok());
+  const auto refused = [&](auto&& change, const std::string& message) {
+    dcpp::balanced b;
+    change(b.tuning);
+    const dcpp::planner<dcpp::transformer_cost, dcpp::balanced> p(o, {}, b);
+    const dcpp::status s = p.can_plan(lengths);
+    CHECK(s.code == dcpp::status_code::invalid_option);
+    CHECK(s.message == message);
+    CHECK_THROWS_WITH_AS((void)p.make_plan(lengths), message.c_str(), dcpp::error);
+    // and the policy alone, without the planner's check
+    const dcpp::problem pr = dcpp::make_problem(o, lengths);
+    CHECK_THROWS_WITH_AS((void)b.pack(pr, dcpp::transformer_cost{}), message.c_str(), dcpp::error);
+  };
+  refused([](auto& t) { t.extra_rounds_divisor = 0; },
+          "balanced tuning: extra_rounds_divisor = 0 is below 1");
+  refused([](auto& t) { t.full_round_check_every = -3; },
+          "balanced tuning: full_round_check_every = -3 is below 1");
+  refused([](auto& t) { t.wide_candidates = 0; },
+          "balanced tuning: wide_candidates = 0 is below 1");
+  refused([](auto& t) { t.reach_area = std::numeric_limits<double>::quiet_NaN(); },
+          "balanced tuning: reach_area = nan is not a finite number in [0, 1e+300]");
+  refused([](auto& t) { t.improve_within = 0.5; },
+          "balanced tuning: improve_within = 0.5 is not a finite number in [1, 1e+300]");
+  refused([](auto& t) { t.area_noise = std::numeric_limits<double>::infinity(); },
+          "balanced tuning: area_noise = inf is not a finite number in [0.5, 1]");
+}

@@ -92,6 +92,9 @@ struct balanced_with {
     return (constructions & (1u << static_cast<unsigned>(c))) != 0;
   }
 
+  //! The tuning's own check (`balanced_tuning::check`): the planner runs it before packing.
+  [[nodiscard]] status check(const problem&) const { return tuning.check(); }
+
   template <workload_estimator Estimator>
   plan pack(const problem& pr, const Estimator& estimator) const;
 };
@@ -102,6 +105,7 @@ using balanced = balanced_with<>;
 template <bucketing_policy Bucketing>
 template <workload_estimator Estimator>
 plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimator) const {
+  throw_if_failed(tuning.check());
   using enum balanced_construction;
   using state = detail::assignment<Estimator>;
   const detail::cost_rows<Estimator> costs(pr, estimator);

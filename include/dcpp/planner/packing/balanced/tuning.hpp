@@ -3,7 +3,13 @@
 // chosen").
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "dcpp/error.hpp"
 
 namespace dcpp {
 
@@ -74,6 +80,50 @@ struct balanced_tuning {
   std::int64_t wide_search_limit = std::int64_t{1} << 18;
   //! A move must gain more than this fraction of the step time: no chasing rounding noise.
   double gain_epsilon = 1e-12;
+
+  //! Whether every member is usable: counts and divisors within their ranges, factors finite
+  //! and in range (a zero divisor or a NaN factor would divide by zero or compare false
+  //! everywhere). The message names the member, its value and the limit.
+  [[nodiscard]] status check() const {
+    const auto at_least = [](std::string_view name, std::int64_t value, std::int64_t least) {
+      return value >= least ? status::success()
+                            : status::failure(status_code::invalid_option,
+                                              fmt::format("balanced tuning: {} = {} is below {}",
+                                                          name, value, least));
+    };
+    const auto within = [](std::string_view name, double value, double lo, double hi) {
+      return std::isfinite(value) && value >= lo && value <= hi
+                 ? status::success()
+                 : status::failure(status_code::invalid_option,
+                                   fmt::format("balanced tuning: {} = {} is not a finite number "
+                                               "in [{}, {}]",
+                                               name, value, lo, hi));
+    };
+    constexpr double big = 1e300;
+    for (const status& s : {
+             at_least("early_end_misses", early_end_misses, 0),
+             at_least("early_end_fraction", early_end_fraction, 1),
+             at_least("full_round_check_every", full_round_check_every, 1),
+             at_least("candidates_per_size", candidates_per_size, 1),
+             at_least("raise_passes", raise_passes, 0),
+             at_least("extra_rounds_divisor", extra_rounds_divisor, 1),
+             at_least("improvement_sweeps", improvement_sweeps, 0),
+             at_least("moves_per_rank", moves_per_rank, 0),
+             at_least("wide_candidates", wide_candidates, 1),
+             at_least("narrow_candidates", narrow_candidates, 1),
+             within("reach_area", reach_area, 0, big),
+             within("narrow_reach_area", narrow_reach_area, 0, big),
+             within("wide_reach_area", wide_reach_area, 0, big),
+             within("raise_area", raise_area, 0, big),
+             within("heavy_share", heavy_share, 0, big),
+             within("improve_within", improve_within, 1, big),
+             within("area_noise", area_noise, 0.5, 1),
+             within("gain_epsilon", gain_epsilon, 0, 1),
+         })
+      if (!s)
+        return s;
+    return status::success();
+  }
 };
 
 } // namespace dcpp
