@@ -43,7 +43,6 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
   };
   std::vector<std::int32_t> row_sample; // the first sample of each row's length
   std::vector<std::int32_t> rows(pr.size());
-  const auto new_row = [&](std::size_t s) { row_sample.push_back(static_cast<std::int32_t>(s)); };
   const std::int64_t longest = *std::max_element(pr.lengths.begin(), pr.lengths.end());
   if (static_cast<std::uint64_t>(longest) < slots * sizeof(slot) / sizeof(std::int32_t)) {
     std::vector<std::int32_t> row_of(static_cast<std::size_t>(longest) + 1, -1);
@@ -51,8 +50,8 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
       DCPP_EXPECTS(pr.lengths[s] >= 0);
       std::int32_t& row = row_of[static_cast<std::size_t>(pr.lengths[s])];
       if (row < 0) {
-        new_row(s);
-        row = static_cast<std::int32_t>(row_sample.size() - 1);
+        row = static_cast<std::int32_t>(row_sample.size());
+        row_sample.push_back(static_cast<std::int32_t>(s));
       }
       rows[s] = row;
     }
@@ -65,8 +64,8 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
       while (table[h].row >= 0 && table[h].length != length)
         h = (h + 1) & (slots - 1);
       if (table[h].row < 0) {
-        new_row(s);
-        table[h] = {length, static_cast<std::int32_t>(row_sample.size() - 1)};
+        table[h] = {length, static_cast<std::int32_t>(row_sample.size())};
+        row_sample.push_back(static_cast<std::int32_t>(s));
       }
       rows[s] = table[h].row;
     }

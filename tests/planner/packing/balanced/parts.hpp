@@ -24,11 +24,14 @@ using state = dcpp::detail::assignment<estimator>;
 //! without a table (over its entry limit), or rows and the table.
 enum class tabulation { none, rows_only, table };
 
+//! The three ways in turn, by seed.
+inline tabulation tabulation_for(std::uint64_t seed) {
+  return static_cast<tabulation>(seed % 3);
+}
+
 //! A problem, tabulated or not, and the view over it (the view refers to both, so a batch
-//! neither copies nor moves). `true`: the table; `false`: none.
+//! neither copies nor moves).
 struct batch {
-  batch(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths, bool table)
-      : batch(o, lengths, table ? tabulation::table : tabulation::none) {}
   batch(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths, tabulation t)
       : pr(make(o, lengths, t)), costs(pr, e) {}
   batch(const batch&) = delete;

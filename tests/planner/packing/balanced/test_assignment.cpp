@@ -38,7 +38,7 @@ TEST_CASE("assignment: a plan in and out is the same plan, its step time added u
   for (std::uint64_t seed = 1; seed <= 40; ++seed) {
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
-    const batch b(c.options, c.lengths, seed % 2 == 0);
+    const batch b(c.options, c.lengths, tabulation_for(seed));
     dcpp::plan p = dcpp::megatron_greedy{}.pack(b.pr, b.e);
     const state a = state::from_plan(b.costs, p);
     check_state(a, b);
@@ -59,7 +59,7 @@ TEST_CASE("assignment: open, insert, remove and close against a model of the ran
   std::vector<std::int64_t> lengths(40);
   for (auto& l : lengths)
     l = r.uniform_int(1, 1500);
-  const batch b(o, lengths, false);
+  const batch b(o, lengths, tabulation::none);
   state a(b.costs, 2, d::least_area_sizes(b.costs, dcpp::balanced_tuning{}));
   std::map<std::int32_t, std::vector<std::int32_t>> model; // open group id -> samples
   std::vector<std::int32_t> where(lengths.size(), -1);
@@ -137,7 +137,7 @@ TEST_CASE("assignment: open, insert, remove and close against a model of the ran
 TEST_CASE("assignment: rounds taken over drop their empty groups and free those ranks") {
   const dcpp::plan_options o = options_for(4, 4096);
   const std::vector<std::int64_t> lengths = {1000, 2000, 3000};
-  const batch b(o, lengths, false);
+  const batch b(o, lengths, tabulation::none);
   std::vector<d::microbatch_state> rounds;
   rounds.emplace_back(4);
   const std::int32_t g0 = rounds[0].open(0, 1);

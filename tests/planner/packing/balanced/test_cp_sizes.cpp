@@ -91,7 +91,7 @@ TEST_CASE("token_lower_bound: the fewest rounds, in multiples, that hold the ran
   for (std::uint64_t seed = 1; seed <= 60; ++seed) {
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
-    const batch b(c.options, c.lengths, false);
+    const batch b(c.options, c.lengths, tabulation::none);
     const d::sample_sizes sizes = d::least_area_sizes(b.costs, dcpp::balanced_tuning{});
     const std::int32_t k = d::token_lower_bound(b.costs, sizes);
     std::int64_t rank_tokens = 0, wide = 0;
@@ -118,7 +118,7 @@ TEST_CASE("raise_toward_target: sizes only grow, costs only fall, every cost is 
   for (std::uint64_t seed = 1; seed <= 40; ++seed) {
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
-    const batch b(c.options, c.lengths, seed % 2 == 0);
+    const batch b(c.options, c.lengths, tabulation_for(seed));
     const d::sample_sizes before = d::least_area_sizes(b.costs, tuning);
     const std::int32_t k = d::token_lower_bound(b.costs, before);
     d::sample_sizes after = before;

@@ -66,7 +66,7 @@ TEST_CASE("levelled: every sample once, legal groups, a multiple of rounds, any 
   for (std::uint64_t seed = 1; seed <= 60; ++seed) {
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
-    const batch b(c.options, c.lengths, seed % 2 == 0);
+    const batch b(c.options, c.lengths, tabulation_for(seed));
     for (const d::levelled_reach reach :
          {d::levelled_reach{1.05, 0.0}, d::levelled_reach{1.0, 0.4}, d::levelled_reach{1.5, 0.0}}) {
       const state a = levelled_on(b, reach, static_cast<std::int64_t>(seed % 3));
@@ -109,7 +109,7 @@ TEST_CASE("levelled: ending rounds early changes no round") {
   }
   for (const auto& [options, lengths] : cases) {
     CAPTURE(options.world_size);
-    const batch b(options, lengths, false);
+    const batch b(options, lengths, tabulation::none);
     for (const double heavy : {0.0, 0.4}) {
       const state early = levelled_on(b, {1.05, heavy, true});
       const state full = levelled_on(b, {1.05, heavy, false});
@@ -124,7 +124,7 @@ TEST_CASE("levelled: a heavy share keeps the two heaviest samples out of one gro
   // (which then takes as long as both); with it, each has its own
   const dcpp::plan_options o = options_for(48, 8192);
   const std::vector<std::int64_t> lengths = w::long_tail(1536, 2);
-  const batch b(o, lengths, true);
+  const batch b(o, lengths, tabulation::table);
   std::vector<std::int32_t> by_length(lengths.size());
   for (std::size_t s = 0; s < lengths.size(); ++s)
     by_length[s] = static_cast<std::int32_t>(s);

@@ -42,7 +42,7 @@ TEST_CASE("local search: never slower, every invariant kept, from every construc
   for (std::uint64_t seed = 1; seed <= 40; ++seed) {
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
-    const batch b(c.options, c.lengths, seed % 2 == 0);
+    const batch b(c.options, c.lengths, tabulation_for(seed));
     std::vector<dcpp::plan> starts = {dcpp::megatron_greedy{}.pack(b.pr, b.e)};
     if (dcpp::static_cp{}.check(b.pr).ok())
       starts.push_back(dcpp::static_cp{}.pack(b.pr, b.e));
@@ -69,7 +69,7 @@ TEST_CASE("local search: never slower, every invariant kept, from every construc
 TEST_CASE("local search: the critical group gives a sample to free ranks") {
   // one round, 2 ranks: both samples on rank 0, rank 1 idle; one moves, the time halves
   const dcpp::plan_options o = options_for(2, 4096);
-  const batch b(o, {1000, 1000}, false);
+  const batch b(o, {1000, 1000}, tabulation::none);
   state a = state::from_plan(b.costs, plan_of(b, {{{0, 1, {0, 1}, 0, 0.0}}}));
   const double w = b.costs.cost(0, 1);
   CHECK(a.step_time() == doctest::Approx(2 * w + dcpp::microbatch_overhead(b.e)));
@@ -83,7 +83,7 @@ TEST_CASE("local search: a swap between rounds where no move fits") {
   // tokens}, round 1 {S, S} beside one 4,096-token sample that sets its time. Swapping an L for
   // an S lowers round 0 by L - S and leaves round 1's maximum where it is; no move is possible.
   const dcpp::plan_options o = options_for(2, 4096);
-  const batch b(o, {2048, 2048, 2100, 2000, 2000, 4096}, false);
+  const batch b(o, {2048, 2048, 2100, 2000, 2000, 4096}, tabulation::none);
   state a = state::from_plan(b.costs, plan_of(b, {{{0, 1, {0, 1}, 0, 0.0}, {1, 1, {2}, 0, 0.0}},
                                                   {{0, 1, {3, 4}, 0, 0.0}, {1, 1, {5}, 0, 0.0}}}));
   const double before = improve_checked(a, b, 8);
@@ -94,7 +94,7 @@ TEST_CASE("local search: a swap between rounds where no move fits") {
 TEST_CASE("local search: a level assignment is left as it is") {
   // equal samples, one per rank: no move can gain
   const dcpp::plan_options o = options_for(4, 4096);
-  const batch b(o, {900, 900, 900, 900, 900, 900, 900, 900}, false);
+  const batch b(o, {900, 900, 900, 900, 900, 900, 900, 900}, tabulation::none);
   const dcpp::plan p = plan_of(
       b, {{{0, 1, {0}, 0, 0.0}, {1, 1, {1}, 0, 0.0}, {2, 1, {2}, 0, 0.0}, {3, 1, {3}, 0, 0.0}},
           {{0, 1, {4}, 0, 0.0}, {1, 1, {5}, 0, 0.0}, {2, 1, {6}, 0, 0.0}, {3, 1, {7}, 0, 0.0}}});

@@ -66,7 +66,7 @@ TEST_CASE("targeted: equal samples fill every rank of every round to the target"
   // 64 samples of 1,024 tokens on 8 ranks of 4,096: two rounds of four samples per rank
   const dcpp::plan_options o = options_for(8, 4096);
   const std::vector<std::int64_t> lengths(64, 1024);
-  const batch b(o, lengths, false);
+  const batch b(o, lengths, tabulation::none);
   const dcpp::balanced_tuning tuning;
   d::sample_sizes sizes = d::least_area_sizes(b.costs, tuning);
   REQUIRE(sizes.cp[0] == 1);
@@ -94,7 +94,7 @@ TEST_CASE("targeted: valid assignments on random batches, or none") {
   for (std::uint64_t seed = 1; seed <= 60; ++seed) {
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
-    const batch b(c.options, c.lengths, seed % 2 == 1);
+    const batch b(c.options, c.lengths, tabulation_for(seed));
     w::rng r(seed);
     const dcpp::bucket_list buckets = random_buckets(c.lengths.size(), r);
     const d::sample_sizes least = d::least_area_sizes(b.costs, tuning);
