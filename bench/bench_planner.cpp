@@ -156,8 +156,16 @@ int main(int argc, char** argv) {
   }
   bool good = true;
   if (!generated.empty()) {
-    fmt::print("# generated workloads, estimator {}, efficiency target 0.97\n", estimator->name());
+    const network_spec& net = estimator->network();
+    fmt::print("# generated workloads, estimator {} ({} GPUs per node; ring {:.0f} GB/s inside a "
+               "node, {:.0f} GB/s across nodes), efficiency target 0.97\n",
+               estimator->name(), net.gpus_per_node, net.intra_node.bytes_per_second / 1e9,
+               net.inter_node.bytes_per_second / 1e9);
     good = run_table(generated, *estimator, repeats, 0.97, only_policy);
+    fmt::print("\n# generated workloads, estimator megatron (length^2/cp; a micro-batch costs "
+               "{}% of the batch's mean micro-batch), efficiency target 0.97\n",
+               100 * default_microbatch_overhead_share);
+    good = run_table(generated, megatron_cost{}, repeats, 0.97, only_policy) && good;
   }
   if (!refs.empty()) {
     fmt::print("\n# reference workloads ({}), estimator megatron (length^2/cp), as Megatron-LM "

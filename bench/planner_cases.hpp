@@ -53,6 +53,13 @@ inline std::vector<planner_case> generated_cases(bool quick) {
     add("rl_rollouts/vpp4" + s, w::rl_rollouts(512, seed), make_options(32, 8192, 4));
     add("short_only" + s, w::short_only(2048, seed), make_options(32, 4096));
   }
+  // context extension: 2% long documents of up to a quarter of the world's tokens per
+  // micro-batch, the rest short
+  for (const std::int32_t world : {64, 128, 256})
+    add(fmt::format("context_ext/{}", world),
+        w::context_extension(static_cast<std::size_t>(world) * 8, 11,
+                             std::int64_t{world} * 16384 / 4),
+        make_options(world, 16384));
   add("sft_lognormal/1024", w::sft_lognormal(65536, 7), make_options(1024, 8192));
   add("long_tail/1024", w::long_tail(65536, 7), make_options(1024, 8192));
   return cases;

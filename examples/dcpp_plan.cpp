@@ -24,19 +24,55 @@ struct named_estimator {
   std::string name;
 };
 
-named_estimator parse_estimator(const std::string& spec) {
-  if (spec == "megatron")
+//! The network options: each overrides the preset's value when given.
+struct network_options {
+  std::optional<std::int32_t> gpus_per_node;
+  std::optional<double> intra_node_gbytes; // GB/s, one direction
+  std::optional<double> inter_node_gbytes;
+};
+
+named_estimator parse_estimator(const std::string& spec, const network_options& net) {
+  const bool rates = net.intra_node_gbytes || net.inter_node_gbytes;
+  if (spec == "megatron") {
+    if (rates || net.gpus_per_node)
+      throw dcpp::error(dcpp::status_code::invalid_option,
+                        "--gpus-per-node and the link bandwidths describe the network of a "
+                        "transformer preset or a calibration; --estimator megatron has none");
     return {dcpp::megatron_cost{}, "megatron"};
+  }
   if (spec.rfind("calibrated:", 0) == 0) {
+    if (rates)
+      throw dcpp::error(dcpp::status_code::invalid_option,
+                        "--intra-node-bandwidth and --inter-node-bandwidth do not apply to "
+                        "--estimator calibrated: the fit measures the links (give "
+                        "--gpus-per-node for the node size the timings were taken on)");
     const std::string path = spec.substr(11);
     std::ifstream in(path);
     if (!in)
       throw dcpp::error(dcpp::status_code::parse_error,
                         fmt::format("--estimator calibrated: cannot open '{}'", path));
-    return {dcpp::calibrated_cost::fit(dcpp::read_calibration(in, path)), spec};
+    auto fitted =
+        dcpp::calibrated_cost::fit(dcpp::read_calibration(in, path), net.gpus_per_node.value_or(8));
+    const auto& r = fitted.report();
+    fmt::print("calibrated: {} coefficients from {} rows ({} GPUs per node); relative residual "
+               "rms {:.2f}%, max {:.2f}% (row {})\n",
+               r.coefficients, r.rows, fitted.gpus_per_node(), 100 * r.rms_relative,
+               100 * r.max_relative, r.worst_row);
+    return {std::move(fitted), spec};
   }
-  if (auto preset = dcpp::transformer_cost::from_preset(spec))
-    return {*preset, preset->name()};
+  if (auto preset = dcpp::transformer_cost::from_preset(spec)) {
+    dcpp::device_spec device = preset->device();
+    if (net.gpus_per_node)
+      device.network.gpus_per_node = *net.gpus_per_node;
+    if (net.intra_node_gbytes)
+      device.network.intra_node.bytes_per_second = *net.intra_node_gbytes * 1e9;
+    if (net.inter_node_gbytes)
+      device.network.inter_node.bytes_per_second = *net.inter_node_gbytes * 1e9;
+    if (dcpp::status s = device.network.check(); !s)
+      throw dcpp::error(s.code, fmt::format("--estimator {}: {}", spec, s.message));
+    const dcpp::transformer_cost model(preset->model(), device);
+    return {model, model.name()};
+  }
   throw dcpp::error(dcpp::status_code::invalid_option,
                     fmt::format("--estimator '{}' is unknown; use megatron, calibrated:FILE or a "
                                 "preset: {}",
@@ -98,6 +134,8 @@ int main(int argc, char** argv) {
   std::optional<std::int32_t> microbatch_multiple;
   std::int64_t padding_unit = 1;
   std::int32_t extra_microbatches = -1;
+  std::optional<double> microbatch_overhead;
+  network_options network;
   std::string json_path;
   std::string svg_path;
   bool compare = false;
@@ -115,7 +153,24 @@ int main(int argc, char** argv) {
   app.add_option("--static-cp", static_cp_size, "CP size of static_cp (0: smallest that fits all)");
   app.add_option("--estimator", estimator_spec,
                  "MODEL@DEVICE preset (" + dcpp::transformer_cost::preset_names() +
-                     "), megatron (length^2/cp), or calibrated:FILE (CSV length,cp,seconds)");
+                     "), megatron (length^2/cp), or calibrated:FILE (CSV rows length,cp,seconds "
+                     "and optionally microbatch,seconds)");
+  app.add_option("--gpus-per-node", network.gpus_per_node,
+                 "GPUs per node: CP groups larger than this span nodes and run their ring at the "
+                 "inter-node rate (default 8)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--intra-node-bandwidth", network.intra_node_gbytes,
+                 "GB/s one way between ring neighbours inside a node (preset: h100 150, a100 100)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--inter-node-bandwidth", network.inter_node_gbytes,
+                 "GB/s one way between ring neighbours on different nodes (preset: h100 40, "
+                 "a100 20)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--microbatch-overhead", microbatch_overhead,
+                 "price of one micro-batch in the estimator's unit (seconds for presets and "
+                 "calibrations; default: the estimator's, else 1% of the batch's mean "
+                 "micro-batch)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--topology", topology_name, "aligned (powers of two) | contiguous")
       ->check(CLI::IsMember({"aligned", "contiguous"}));
   app.add_option("--microbatch-multiple", microbatch_multiple,
@@ -123,8 +178,8 @@ int main(int argc, char** argv) {
                  "input's vpp_microbatch_group_size, else 1)");
   app.add_option("--padding-unit", padding_unit, "samples pad to a multiple of 2*cp*padding_unit");
   app.add_option("--extra-microbatches", extra_microbatches,
-                 "balanced: micro-batches allowed beyond the token minimum (-1: up to a quarter "
-                 "more when the estimator prices a micro-batch, else none)")
+                 "balanced: at most this many micro-batches beyond the token minimum, each "
+                 "taken only when it saves more than its overhead (-1: up to as many again)")
       ->check(CLI::Range(-1, 1 << 20));
   app.add_option("--json", json_path, "write the plan as dcpp-plan/1 JSON");
   app.add_option("--svg", svg_path, "write a picture of the plan");
@@ -153,8 +208,9 @@ int main(int argc, char** argv) {
     options.padding_unit = padding_unit;
     options.microbatch_multiple =
         microbatch_multiple.value_or(batch.microbatch_multiple.value_or(1));
+    options.microbatch_overhead = microbatch_overhead;
     dcpp::throw_if_failed(dcpp::check_problem(options, batch.lengths));
-    const named_estimator estimator = parse_estimator(estimator_spec);
+    const named_estimator estimator = parse_estimator(estimator_spec, network);
 
     std::vector<outcome> outcomes;
     double budget_bound = 0; // dcpp::budget_lower_bound, outside the planning time

@@ -125,7 +125,7 @@ TEST_CASE("dcpp-plan: says when the token budget caps the efficiency any plan ca
   for (int i = 0; i < 200; ++i)
     text += "10\n";
   const auto capped = run("- --world-size 3 --max-tokens-per-rank 100 --topology contiguous "
-                          "--max-cp 2 --estimator megatron",
+                          "--max-cp 2 --estimator megatron --microbatch-overhead 0",
                           text);
   CAPTURE(capped.err);
   CHECK(capped.status == 0);
@@ -170,6 +170,9 @@ TEST_CASE("dcpp-plan: JSON workloads, stdin, estimators and topologies") {
                        "32000,8,0.08\n64000,8,0.2\n");
   r = run(wl.string() + " --estimator calibrated:" + cal.string() + " --quiet");
   CHECK(r.status == 0);
+  CHECK(r.out.find("calibrated: ") != std::string::npos);
+  CHECK(r.out.find("coefficients from 9 rows (8 GPUs per node); relative residual rms ") !=
+        std::string::npos);
   r = run(wl.string() + " --topology contiguous --world-size 6 --quiet");
   CHECK(r.status == 0);
   r = run(wl.string() + " --policy static_cp --static-cp 8 --quiet");
@@ -190,6 +193,83 @@ TEST_CASE("dcpp-plan: bad input is one line, names the problem, and writes nothi
   expect_error(ok.string() + " --world-size 32 --estimator gpt9", "--estimator 'gpt9' is unknown");
   expect_error((scratch() / "missing.txt").string(), "cannot open input");
   expect_error(ok.string() + " --world-size 32 --policy static_cp --static-cp 2", "static cp = 2");
+}
+
+TEST_CASE("dcpp-plan: the network and the micro-batch overhead are options, and the JSON records "
+          "them") {
+  const fs::path wl = write("long.txt", "131072\n65536\n40000\n9000\n3000\n3000\n500\n");
+  const fs::path json = scratch() / "network.json";
+  auto r = run(wl.string() + " --world-size 32 --max-tokens-per-rank 8192 --quiet --json " +
+               json.string());
+  CAPTURE(r.err);
+  REQUIRE(r.status == 0);
+  auto p = dcpp::read_plan_json(slurp(json));
+  REQUIRE(p.network.has_value());
+  CHECK(p.network->gpus_per_node == 8);
+  CHECK(p.network->intra_node.bytes_per_second == 150e9);
+  CHECK(p.network->inter_node.bytes_per_second == 40e9);
+  CHECK(p.metrics.microbatch_overhead == 5e-3);
+  const double two_tier_step = p.metrics.estimated_step_time;
+  // nodes of 32 GPUs and a faster fabric: every group is inside a node, the plan is faster
+  r = run(wl.string() +
+          " --world-size 32 --max-tokens-per-rank 8192 --quiet --gpus-per-node 32 "
+          "--intra-node-bandwidth 300 --inter-node-bandwidth 100 "
+          "--microbatch-overhead 0.002 --json " +
+          json.string());
+  REQUIRE(r.status == 0);
+  p = dcpp::read_plan_json(slurp(json));
+  CHECK(p.network->gpus_per_node == 32);
+  CHECK(p.network->intra_node.bytes_per_second == 300e9);
+  CHECK(p.network->inter_node.bytes_per_second == 100e9);
+  CHECK(p.metrics.microbatch_overhead == 0.002);
+  CHECK(p.metrics.estimated_step_time < two_tier_step);
+  CHECK(slurp(json).find("\"microbatch_overhead\":0.002") != std::string::npos);
+  // length^2/cp has no network: the JSON says so, and the overhead is the batch's 1%
+  r = run(wl.string() +
+          " --world-size 32 --max-tokens-per-rank 8192 --quiet --estimator "
+          "megatron --json " +
+          json.string());
+  REQUIRE(r.status == 0);
+  p = dcpp::read_plan_json(slurp(json));
+  CHECK_FALSE(p.network.has_value());
+  CHECK(slurp(json).find("\"network\": null") != std::string::npos);
+  CHECK(p.metrics.microbatch_overhead > 0);
+  // a calibration with micro-batch rows prices the micro-batch itself
+  const fs::path cal =
+      write("cal_mb.csv", "length,cp,seconds\n1000,1,0.01\n2000,1,0.021\n4000,1,0.045\n"
+                          "8000,2,0.05\n16000,2,0.11\n16000,4,0.06\n32000,4,0.13\n"
+                          "32000,8,0.08\n64000,8,0.2\nmicrobatch,0.003\nmicrobatch,0.005\n");
+  r = run(wl.string() +
+          " --world-size 32 --max-tokens-per-rank 8192 --quiet --estimator "
+          "calibrated:" +
+          cal.string() + " --json " + json.string());
+  CAPTURE(r.err);
+  REQUIRE(r.status == 0);
+  p = dcpp::read_plan_json(slurp(json));
+  // fitted in relative terms, like every row: m minimises sum (m / s_i - 1)^2, so
+  // m = sum(1/s_i) / sum(1/s_i^2) = 0.0035294 for 3 and 5 ms
+  CHECK(p.metrics.microbatch_overhead ==
+        doctest::Approx((1 / 0.003 + 1 / 0.005) / (1 / 0.003 / 0.003 + 1 / 0.005 / 0.005)));
+  REQUIRE(p.network.has_value());
+  CHECK(p.network->gpus_per_node == 8);
+  CHECK(slurp(json).find("\"intra_node\": null") == std::string::npos); // dump() has no spaces
+  CHECK(slurp(json).find("\"intra_node\":null") != std::string::npos);
+}
+
+TEST_CASE("dcpp-plan: network options that do not apply are refused") {
+  const fs::path ok = write("ok2.txt", "100\n7000\n");
+  expect_error(ok.string() + " --estimator megatron --gpus-per-node 4",
+               "--estimator megatron has none");
+  const fs::path cal = write("cal2.csv", "1000,1,0.01\n2000,1,0.021\n4000,1,0.045\n");
+  expect_error(ok.string() + " --estimator calibrated:" + cal.string() +
+                   " --inter-node-bandwidth 20",
+               "do not apply to --estimator calibrated");
+  const fs::path bad = write("cal3.csv", "1000,1,2\n2000,1,2\n8000,1,0.5\n16000,1,5\n");
+  expect_error(ok.string() + " --estimator calibrated:" + bad.string(),
+               "do not describe a cost that grows");
+  CHECK(run(ok.string() + " --microbatch-overhead -1").status != 0);
+  CHECK(run(ok.string() + " --gpus-per-node 0").status != 0);
+  CHECK(run(ok.string() + " --inter-node-bandwidth 0").status != 0);
 }
 
 TEST_CASE("dcpp-plan: --extra-microbatches bounds the rounds of balanced") {

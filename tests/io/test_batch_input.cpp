@@ -70,7 +70,23 @@ TEST_CASE("batch_input: calibration CSV") {
   CHECK(rows[1].seconds == 0.011);
   std::istringstream bad("1024,1,0.01\n2048,x,0.2\n");
   CHECK_THROWS_WITH_AS(dcpp::read_calibration(bad, "cal.csv"),
-                       "cal.csv:2: '2048,x,0.2' is not 'length,cp,seconds'", dcpp::error);
+                       "cal.csv:2: '2048,x,0.2' is not 'length,cp,seconds' nor "
+                       "'microbatch,seconds'",
+                       dcpp::error);
+  // micro-batch rows, anywhere among the sample rows
+  std::istringstream with_overhead("microbatch, 0.004\n1024,1,0.01\nmicrobatch,0.006\n");
+  const auto mixed = dcpp::read_calibration(with_overhead, "cal.csv");
+  REQUIRE(mixed.size() == 3);
+  CHECK(mixed[0].microbatch);
+  CHECK(mixed[0].seconds == 0.004);
+  CHECK_FALSE(mixed[1].microbatch);
+  CHECK(mixed[2].microbatch);
+  std::istringstream bad_overhead("1024,1,0.01\nmicrobatch,soon\n");
+  CHECK_THROWS_WITH_AS(dcpp::read_calibration(bad_overhead, "cal.csv"),
+                       "cal.csv:2: 'microbatch,soon' is not 'microbatch,seconds'", dcpp::error);
+  std::istringstream bad_cp("1024,0,0.01\n");
+  CHECK_THROWS_WITH_AS(dcpp::read_calibration(bad_cp, "cal.csv"),
+                       "cal.csv:1: cp = 0 must be in [1, 2147483647]", dcpp::error);
   std::istringstream extra("1,1,1,1\n");
   CHECK_THROWS_WITH_AS(dcpp::read_calibration(extra, "cal.csv"), doctest::Contains("got more"),
                        dcpp::error);

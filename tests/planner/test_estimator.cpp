@@ -1,14 +1,21 @@
 // Tests for include/dcpp/planner/{estimator,transformer_cost,calibrated_cost}.hpp.
 #include "../support.hpp"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "dcpp/planner/calibrated_cost.hpp"
+#include "dcpp/planner/costs.hpp"
 #include "dcpp/planner/estimator.hpp"
+#include "dcpp/planner/evaluate.hpp"
+#include "dcpp/planner/network.hpp"
 #include "dcpp/planner/transformer_cost.hpp"
 #include "dcpp/workload/generators.hpp"
 
@@ -122,19 +129,156 @@ TEST_CASE("transformer_cost: presets by name") {
   CHECK(big.cost(8192, 1) > dcpp::transformer_cost{}.cost(8192, 1));
 }
 
-TEST_CASE("calibrated_cost: recovers the coefficients of exact data") {
-  const std::array<double, 4> truth{2.0e-6, 3.0e-11, 1.5e-3, 4.0e-8};
-  const dcpp::calibrated_cost reference(truth);
+TEST_CASE("transformer_cost: a ring that spans nodes runs at the inter-node rate") {
+  const dcpp::transformer_cost h100;
+  const auto& net = h100.network();
+  CHECK(net.gpus_per_node == 8);
+  CHECK(net.inter_node.bytes_per_second < net.intra_node.bytes_per_second);
+  // the same device on one fast tier: groups inside a node cost the same, larger ones less
+  dcpp::device_spec flat = h100.device();
+  flat.network.inter_node = flat.network.intra_node;
+  const dcpp::transformer_cost one_tier(h100.model(), flat);
+  for (const std::int64_t length : {2048, 16384, 65536, 262144}) {
+    CAPTURE(length);
+    for (const std::int32_t cp : {1, 2, 4, 8})
+      CHECK(h100.cost(length, cp) == one_tier.cost(length, cp));
+    for (const std::int32_t cp : {16, 32, 64})
+      CHECK(h100.cost(length, cp) >= one_tier.cost(length, cp));
+  }
+  // short samples on wide groups: the ring is exposed, and slower across nodes
+  CHECK(h100.cost(16384, 16) > one_tier.cost(16384, 16));
+  // nodes of 16 GPUs: a group of 16 is inside a node again
+  dcpp::device_spec big_nodes = h100.device();
+  big_nodes.network.gpus_per_node = 16;
+  const dcpp::transformer_cost sixteen(h100.model(), big_nodes);
+  CHECK(sixteen.cost(16384, 16) == one_tier.cost(16384, 16));
+  CHECK(sixteen.cost(16384, 32) == h100.cost(16384, 32));
+  // the bytes of the exposed ring: at cp 16 and 4K tokens per rank the transfer is not hidden,
+  // 15 steps x 32 layers x (forward + backward) at 40 GB/s plus latency
+  const double kv_bytes = 2.0 * 8 * 128 * 2 * 4096; // K and V of 4096 tokens, 8 heads of 128
+  const double forward = net.inter_node.latency + kv_bytes / net.inter_node.bytes_per_second;
+  const double backward = net.inter_node.latency + 2 * kv_bytes / net.inter_node.bytes_per_second;
+  const double attention_step = 2.0 * 4096 * 65536.0 * 65536.0 / 16 / 16 / 0.45 / 989e12;
+  const double exposed =
+      15.0 * 32 *
+      (std::max(0.0, forward - attention_step) + std::max(0.0, backward - 2.5 * attention_step));
+  CHECK(h100.cost(65536, 16) - h100.cost(65536, 1) / 16 == doctest::Approx(exposed).epsilon(1e-9));
+}
+
+TEST_CASE("network_spec: check names the field, the value and the limit") {
+  dcpp::network_spec n;
+  CHECK(n.check().ok());
+  n.gpus_per_node = 0;
+  CHECK(n.check().message == "gpus_per_node = 0 must be >= 1");
+  n = {};
+  n.inter_node.bytes_per_second = std::numeric_limits<double>::quiet_NaN();
+  CHECK(n.check().message == "inter_node bandwidth = nan bytes/s must be finite and > 0");
+  n = {};
+  n.intra_node.latency = -1;
+  CHECK(n.check().message == "intra_node latency = -1 s must be finite and >= 0");
+}
+
+namespace {
+//! Seeded rows of `truth` at lengths 512..128K and sizes 1..32 (both tiers), with `overheads`
+//! micro-batch rows measuring truth's micro-batch coefficient.
+std::vector<dcpp::calibration_row> rows_of(const dcpp::calibrated_cost& truth, int count,
+                                           int overheads, std::uint64_t seed) {
   std::vector<dcpp::calibration_row> rows;
-  dcpp::workload::rng r(5);
-  for (int i = 0; i < 40; ++i) {
+  dcpp::workload::rng r(seed);
+  for (int i = 0; i < count; ++i) {
     const std::int64_t l = r.uniform_int(512, 131072);
     const std::int32_t cp = 1 << r.uniform_int(0, 5);
-    rows.push_back({l, cp, reference.cost(l, cp)});
+    rows.push_back({l, cp, truth.cost(l, cp)});
   }
+  for (int i = 0; i < overheads; ++i)
+    rows.push_back({0, 0, truth.coefficients()[dcpp::calibrated_cost::microbatch_feature], true});
+  return rows;
+}
+} // namespace
+
+namespace {
+using coefficients = std::array<double, dcpp::calibrated_cost::feature_count>;
+//! Compute terms, both tiers' latency and bandwidth terms, a micro-batch overhead.
+coefficients two_tier_truth(double overhead) {
+  using c = dcpp::calibrated_cost;
+  coefficients x{};
+  x[0] = 2.0e-6;
+  x[1] = 3.0e-11;
+  x[c::intra_first] = 1.5e-4;
+  x[c::intra_first + 1] = 4.0e-9;
+  x[c::inter_first] = 6.0e-4;
+  x[c::inter_first + 1] = 1.6e-8;
+  x[c::microbatch_feature] = overhead;
+  return x;
+}
+} // namespace
+
+TEST_CASE("calibrated_cost: recovers exact data, both tiers and overhead") {
+  const coefficients truth = two_tier_truth(4.0e-3);
+  const dcpp::calibrated_cost reference(truth, 8, true);
+  const auto rows = rows_of(reference, 120, 3, 5);
   const auto fitted = dcpp::calibrated_cost::fit(rows);
-  for (std::size_t k = 0; k < 4; ++k)
-    CHECK(fitted.coefficients()[k] == doctest::Approx(truth[k]).epsilon(1e-6));
+  for (const std::size_t k : {std::size_t{0}, std::size_t{1}, dcpp::calibrated_cost::intra_first,
+                              dcpp::calibrated_cost::inter_first}) {
+    CAPTURE(dcpp::calibrated_cost::feature_names[k]);
+    CHECK(fitted.coefficients()[k] == doctest::Approx(truth[k]).epsilon(1e-5));
+  }
+  for (const auto& r : rows)
+    if (!r.microbatch)
+      CHECK(fitted.cost(r.length, r.cp) == doctest::Approx(r.seconds).epsilon(1e-9));
+  CHECK(fitted.microbatch_overhead() == doctest::Approx(4.0e-3));
+  CHECK(fitted.report().rows == 123);
+  CHECK(fitted.report().rms_relative < 1e-9);
+  CHECK(fitted.network().gpus_per_node == 8);
+  // without micro-batch rows there is no overhead: the planner's default applies
+  const auto no_overhead = dcpp::calibrated_cost::fit(rows_of(reference, 120, 0, 5));
+  CHECK_FALSE(no_overhead.microbatch_overhead().has_value());
+  CHECK_FALSE(dcpp::estimator_overhead(no_overhead).has_value());
+  // noisy rows: the report says how far the fit is from them, and names the worst row
+  auto noisy = rows_of(reference, 120, 3, 6);
+  noisy[17].seconds *= 1.5;
+  const auto rough = dcpp::calibrated_cost::fit(noisy);
+  CHECK(rough.report().worst_row == 18);
+  CHECK(rough.report().max_relative > 0.2);
+  CHECK(rough.report().rms_relative > 0.01);
+}
+
+TEST_CASE("calibrated_cost: the node size decides which tier a row measures") {
+  const coefficients truth = two_tier_truth(0);
+  const dcpp::calibrated_cost nodes_of_4(truth, 4);
+  CHECK(nodes_of_4.cost(65536, 8) > dcpp::calibrated_cost(truth, 8).cost(65536, 8));
+  const auto fitted = dcpp::calibrated_cost::fit(rows_of(nodes_of_4, 120, 0, 7), 4);
+  CHECK(fitted.gpus_per_node() == 4);
+  CHECK(fitted.coefficients()[dcpp::calibrated_cost::inter_first] ==
+        doctest::Approx(truth[dcpp::calibrated_cost::inter_first]).epsilon(1e-5));
+  CHECK(fitted.cost(65536, 8) == doctest::Approx(nodes_of_4.cost(65536, 8)).epsilon(1e-9));
+  CHECK_THROWS_WITH_AS(dcpp::calibrated_cost::fit(rows_of(nodes_of_4, 120, 0, 7), 0),
+                       "calibration: gpus_per_node = 0 must be >= 1", dcpp::error);
+}
+
+TEST_CASE("calibrated_cost: the ring's part is never negative; hinges need rows beyond them") {
+  using c = dcpp::calibrated_cost;
+  coefficients x = two_tier_truth(0);
+  x[c::intra_first] = -1.0; // a ring that would give time back
+  const c model(x);
+  CHECK(model.cost(8192, 4) == x[0] * 2048 + x[1] * 8192.0 * 8192 / 4);
+  CHECK(model.cost(8192, 1) == x[0] * 8192 + x[1] * 8192.0 * 8192);
+  // the hinge beyond a knot is fitted only from three rows past it: rows at 600 tokens per rank
+  // exercise the 512 hinge once or twice, and leave it out
+  const c truth(two_tier_truth(0));
+  std::vector<dcpp::calibration_row> rows;
+  for (const std::int64_t l : {1000, 2000, 3000, 5000, 9000})
+    for (const std::int32_t cp : {1, 2, 16})
+      if (l / cp <= 512)
+        rows.push_back({l, cp, truth.cost(l, cp)});
+  rows.push_back({1200, 2, truth.cost(1200, 2)});
+  rows.push_back({1300, 2, truth.cost(1300, 2)});
+  for (const std::int64_t l : {600, 1400, 3000, 8000})
+    rows.push_back({l, 1, truth.cost(l, 1)});
+  const auto fitted = c::fit(rows);
+  CHECK(fitted.coefficients()[c::intra_first + 3] == 0.0); // the 512-token hinge: two rows
+  rows.push_back({1250, 2, truth.cost(1250, 2)});
+  CHECK(c::fit(rows).report().coefficients == fitted.report().coefficients + 1);
 }
 
 TEST_CASE("calibrated_cost: rows that only use cp = 1 fit the compute terms, ring terms zero") {
@@ -144,8 +288,9 @@ TEST_CASE("calibrated_cost: rows that only use cp = 1 fit the compute terms, rin
   const auto fitted = dcpp::calibrated_cost::fit(rows);
   CHECK(fitted.coefficients()[0] == doctest::Approx(1e-6).epsilon(1e-6));
   CHECK(fitted.coefficients()[1] == doctest::Approx(1e-11).epsilon(1e-6));
-  CHECK(fitted.coefficients()[2] == 0.0);
-  CHECK(fitted.coefficients()[3] == 0.0);
+  for (std::size_t k = 2; k < dcpp::calibrated_cost::feature_count; ++k)
+    CHECK(fitted.coefficients()[k] == 0.0);
+  CHECK(fitted.report().coefficients == 2);
 }
 
 TEST_CASE("calibrated_cost: errors name the row or the coefficient") {
@@ -155,17 +300,73 @@ TEST_CASE("calibrated_cost: errors name the row or the coefficient") {
   const std::vector<dcpp::calibration_row> bad{{1000, 1, 0.1}, {0, 1, 0.2}, {3000, 1, 0.3}};
   CHECK_THROWS_WITH_AS(dcpp::calibrated_cost::fit(bad), doctest::Contains("calibration row 2"),
                        dcpp::error);
+  const std::vector<dcpp::calibration_row> zero_time{{1000, 1, 0.1}, {2000, 1, 0.0}};
+  CHECK_THROWS_WITH_AS(dcpp::calibrated_cost::fit(zero_time),
+                       "calibration row 2: seconds = 0 must be a finite time > 0", dcpp::error);
+  const std::vector<dcpp::calibration_row> only_overhead{{0, 0, 0.004, true}};
+  CHECK_THROWS_WITH_AS(dcpp::calibrated_cost::fit(only_overhead),
+                       doctest::Contains("no (length, cp, seconds) row"), dcpp::error);
+  // times that fall and rise again as samples grow: the best fit prices the shortest ones
+  // below zero
+  const std::vector<dcpp::calibration_row> backwards{
+      {1000, 1, 2.0}, {2000, 1, 2.0}, {8000, 1, 0.5}, {16000, 1, 5.0}};
+  CHECK_THROWS_WITH_AS(dcpp::calibrated_cost::fit(backwards),
+                       doctest::Contains("do not describe a cost that grows"), dcpp::error);
   // one length only: tokens and length^2 columns are proportional
   const std::vector<dcpp::calibration_row> same{{1000, 1, 0.1}, {1000, 1, 0.11}, {1000, 1, 0.09}};
   CHECK_THROWS_WITH_AS(dcpp::calibrated_cost::fit(same), doctest::Contains("do not determine"),
                        dcpp::error);
 }
 
-TEST_CASE("estimator: the micro-batch overhead is the estimator's, or zero") {
-  CHECK(dcpp::microbatch_overhead(dcpp::megatron_cost{}) == 0.0);
-  CHECK(dcpp::microbatch_overhead(user_moe_cost{}) == 0.0);
-  CHECK(dcpp::microbatch_overhead(dcpp::transformer_cost{}) == 5e-3);
+TEST_CASE("estimator: the micro-batch overhead is the option's, the estimator's, or a share") {
+  CHECK_FALSE(dcpp::estimator_overhead(dcpp::megatron_cost{}).has_value());
+  CHECK_FALSE(dcpp::estimator_overhead(user_moe_cost{}).has_value());
+  CHECK(dcpp::estimator_overhead(dcpp::transformer_cost{}) == 5e-3);
   dcpp::device_spec slow = dcpp::device_presets[0];
   slow.microbatch_overhead = 0.25;
-  CHECK(dcpp::microbatch_overhead(dcpp::transformer_cost(dcpp::model_presets[0], slow)) == 0.25);
+  const dcpp::transformer_cost slow_model(dcpp::model_presets[0], slow);
+  CHECK(dcpp::estimator_overhead(slow_model) == 0.25);
+
+  dcpp::plan_options o;
+  o.world_size = 8;
+  o.max_tokens_per_rank = 4096;
+  const std::vector<std::int64_t> lengths{4096, 3000, 100, 9000, 2500, 4096, 700, 1};
+  dcpp::problem pr = dcpp::make_problem(o, lengths);
+  CHECK(dcpp::microbatch_overhead(pr, slow_model) == 0.25);
+  // no option, no estimator overhead: the default share of the mean micro-batch at the bound,
+  // worked out by hand: least area per sample over the world, or the longest least time
+  const dcpp::megatron_cost m;
+  double area = 0;
+  double longest = 0;
+  for (std::size_t s = 0; s < lengths.size(); ++s) {
+    double a = 1e300;
+    double t = 1e300;
+    for (const std::int32_t cp : pr.cp_sizes)
+      if (cp >= pr.min_cp_of[s]) {
+        a = std::min(a, cp * m.cost(lengths[s], cp));
+        t = std::min(t, m.cost(lengths[s], cp));
+      }
+    area += a;
+    longest = std::max(longest, t);
+  }
+  const double expected = dcpp::default_microbatch_overhead_share * std::max(area / 8, longest) /
+                          dcpp::min_microbatches(pr);
+  CHECK(dcpp::microbatch_overhead(pr, m) == doctest::Approx(expected).epsilon(1e-12));
+  dcpp::tabulate_costs(pr, m); // works it out once, the same value
+  CHECK(pr.default_overhead == doctest::Approx(expected).epsilon(1e-12));
+  CHECK(dcpp::microbatch_overhead(pr, m) == pr.default_overhead);
+  // the option wins over both
+  o.microbatch_overhead = 0.5;
+  const dcpp::problem with_option = dcpp::make_problem(o, lengths);
+  CHECK(dcpp::microbatch_overhead(with_option, m) == 0.5);
+  CHECK(dcpp::microbatch_overhead(with_option, slow_model) == 0.5);
+  o.microbatch_overhead = 0.0;
+  CHECK(dcpp::microbatch_overhead(dcpp::make_problem(o, lengths), slow_model) == 0.0);
+  // and is checked
+  for (const double bad :
+       {-1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    o.microbatch_overhead = bad;
+    CHECK(dcpp::check_options(o).message ==
+          fmt::format("microbatch_overhead = {} must be finite and >= 0", bad));
+  }
 }

@@ -53,10 +53,15 @@ TEST_CASE("plan: evaluate fills times, tokens, idle ranks and metrics by hand") 
   CHECK(mb1.groups[1].tokens == 100 / 2);
   CHECK(mb1.time == 900.0 * 900);
   CHECK(mb1.idle_ranks == 1);
-  CHECK(p.metrics.estimated_step_time == 3000.0 * 3000 / 4 + 900.0 * 900);
-  // LB: area (every L^2 on any cp) / 4 vs the longest on its best group (3000^2/4)
+  // LB: area (every L^2 on any cp) / 4 vs the longest on its best group (3000^2/4); length^2/cp
+  // prices no micro-batch, so each costs 1% of the mean micro-batch at the bound (one here)
   const double area = (100.0 * 100 + 900.0 * 900 + 3000.0 * 3000) / 4;
-  CHECK(p.metrics.lower_bound == doctest::Approx(std::max(area, 3000.0 * 3000 / 4)));
+  const double work = std::max(area, 3000.0 * 3000 / 4);
+  const double overhead = 0.01 * work;
+  CHECK(p.metrics.microbatch_overhead == doctest::Approx(overhead));
+  CHECK(p.metrics.estimated_step_time ==
+        doctest::Approx(3000.0 * 3000 / 4 + 900.0 * 900 + 2 * overhead));
+  CHECK(p.metrics.lower_bound == doctest::Approx(work + overhead));
   CHECK(p.metrics.efficiency ==
         doctest::Approx(p.metrics.lower_bound / p.metrics.estimated_step_time));
   CHECK(p.metrics.idle_rank_slots == 1);
@@ -107,6 +112,7 @@ TEST_CASE("plan: budget_lower_bound counts the idle ranks beside a heavy sample"
   auto o = opts(3, 100);
   o.group_topology = dcpp::topology::contiguous;
   o.max_cp = 2;
+  o.microbatch_overhead = 0.0; // the bound's arithmetic alone
   std::vector<std::int64_t> lengths(201, 10);
   lengths[0] = 200;
   const auto pr = dcpp::make_problem(o, lengths);

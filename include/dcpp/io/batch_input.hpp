@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <istream>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -132,7 +133,9 @@ inline batch_input read_batch(std::istream& in, std::string_view source) {
   return batch;
 }
 
-//! CSV rows `length,cp,seconds`; `#` comments, blank lines and one header line are skipped.
+//! CSV rows `length,cp,seconds` (a sample of `length` tokens on `cp` ranks took `seconds` per
+//! rank, forward and backward) and, optionally, `microbatch,seconds` (one micro-batch's fixed
+//! cost); `#` comments, blank lines and one header line are skipped.
 inline std::vector<calibration_row> read_calibration(std::istream& in, std::string_view source) {
   std::vector<calibration_row> rows;
   std::string raw;
@@ -161,24 +164,39 @@ inline std::vector<calibration_row> read_calibration(std::istream& in, std::stri
             status_code::parse_error,
             fmt::format("{}:{}: expected 3 fields length,cp,seconds, got more", source, line_no));
     }
+    const auto parse_seconds = [](std::string_view text, double& out) {
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+      return ec == std::errc() && end == text.data() + text.size();
+    };
+    if (count == 2 && fields[0] == "microbatch") {
+      first_content = false;
+      double seconds = 0;
+      if (!parse_seconds(fields[1], seconds))
+        throw error(status_code::parse_error,
+                    fmt::format("{}:{}: '{}' is not 'microbatch,seconds'", source, line_no, line));
+      rows.push_back({0, 0, seconds, true});
+      continue;
+    }
     const auto length = count == 3 ? detail::parse_integer(fields[0]) : std::nullopt;
     const auto cp = count == 3 ? detail::parse_integer(fields[1]) : std::nullopt;
     double seconds = 0;
     bool seconds_ok = false;
-    if (count == 3) {
-      const auto [end, ec] =
-          std::from_chars(fields[2].data(), fields[2].data() + fields[2].size(), seconds);
-      seconds_ok = ec == std::errc() && end == fields[2].data() + fields[2].size();
-    }
+    if (count == 3)
+      seconds_ok = parse_seconds(fields[2], seconds);
     const bool header = first_content;
     first_content = false;
     if (!length || !cp || !seconds_ok) {
       if (header)
         continue; // the first line may name the columns
       throw error(status_code::parse_error,
-                  fmt::format("{}:{}: '{}' is not 'length,cp,seconds'", source, line_no, line));
+                  fmt::format("{}:{}: '{}' is not 'length,cp,seconds' nor 'microbatch,seconds'",
+                              source, line_no, line));
     }
-    rows.push_back({*length, static_cast<std::int32_t>(*cp), seconds});
+    if (*cp < 1 || *cp > std::numeric_limits<std::int32_t>::max())
+      throw error(status_code::parse_error,
+                  fmt::format("{}:{}: cp = {} must be in [1, {}]", source, line_no, *cp,
+                              std::numeric_limits<std::int32_t>::max()));
+    rows.push_back({*length, static_cast<std::int32_t>(*cp), seconds, false});
   }
   if (rows.empty())
     throw error(status_code::parse_error, fmt::format("{}: no calibration rows", source));

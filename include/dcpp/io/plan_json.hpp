@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -26,7 +28,21 @@ inline nlohmann::json options_to_json(const plan_options& o) {
           {"max_cp", o.effective_max_cp()},
           {"topology", to_string(o.group_topology)},
           {"padding_unit", o.padding_unit},
-          {"microbatch_multiple", o.microbatch_multiple}};
+          {"microbatch_multiple", o.microbatch_multiple},
+          {"microbatch_overhead", o.microbatch_overhead ? nlohmann::json(*o.microbatch_overhead)
+                                                        : nlohmann::json(nullptr)}};
+}
+inline nlohmann::json network_to_json(const std::optional<network_spec>& n) {
+  if (!n)
+    return nullptr;
+  const auto tier = [](const link_tier& t) -> nlohmann::json {
+    if (!(t.bytes_per_second > 0))
+      return nullptr; // not stated (a calibration fits its rings' terms instead)
+    return {{"bytes_per_second", t.bytes_per_second}, {"latency", t.latency}};
+  };
+  return {{"gpus_per_node", n->gpus_per_node},
+          {"intra_node", tier(n->intra_node)},
+          {"inter_node", tier(n->inter_node)}};
 }
 } // namespace detail
 
@@ -52,6 +68,7 @@ inline nlohmann::json to_json(const plan& p, const plan_options& o) {
           {"max_tokens_per_rank", p.max_tokens_per_rank},
           {"policy", p.policy},
           {"estimator", p.estimator},
+          {"network", detail::network_to_json(p.network)},
           {"options", detail::options_to_json(o)},
           {"lengths", p.lengths},
           {"microbatches", std::move(microbatches)},
@@ -62,6 +79,7 @@ inline nlohmann::json to_json(const plan& p, const plan_options& o) {
             {"plan_seconds", m.plan_seconds},
             {"microbatches", p.microbatches.size()},
             {"min_microbatches", m.min_microbatches},
+            {"microbatch_overhead", m.microbatch_overhead},
             {"max_rank_load", m.max_rank_load},
             {"mean_rank_load", m.mean_rank_load},
             {"idle_rank_slots", m.idle_rank_slots}}}};
@@ -74,7 +92,7 @@ inline std::string write_plan_json(const plan& p, const plan_options& o) {
   out << "{\n";
   bool first_key = true;
   for (const char* key : {"format", "world_size", "max_tokens_per_rank", "policy", "estimator",
-                          "options", "lengths", "microbatches", "metrics"}) {
+                          "network", "options", "lengths", "microbatches", "metrics"}) {
     out << (first_key ? "" : ",\n") << "  \"" << key << "\": ";
     first_key = false;
     if (std::string_view(key) == "microbatches") {
@@ -127,6 +145,24 @@ inline plan read_plan_json(std::string_view text, std::string_view source = "pla
     p.policy = j["policy"].get<std::string>();
   if (j.contains("estimator") && j["estimator"].is_string())
     p.estimator = j["estimator"].get<std::string>();
+  if (j.contains("network") && j["network"].is_object()) {
+    const std::string where = fmt::format("{}: network", source);
+    const auto& n = j["network"];
+    network_spec net;
+    net.gpus_per_node = detail::get_field<std::int32_t>(n, where, "gpus_per_node");
+    for (const auto& [key, tier] :
+         {std::pair<const char*, link_tier*>{"intra_node", &net.intra_node},
+          {"inter_node", &net.inter_node}}) {
+      if (n.contains(key) && n[key].is_object()) {
+        const std::string tw = fmt::format("{}.{}", where, key);
+        tier->bytes_per_second = detail::get_field<double>(n[key], tw, "bytes_per_second");
+        tier->latency = detail::get_field<double>(n[key], tw, "latency");
+      } else {
+        *tier = {};
+      }
+    }
+    p.network = net;
+  }
   const auto mbs = detail::get_field<nlohmann::json>(j, source, "microbatches");
   if (!mbs.is_array())
     throw error(status_code::parse_error,
@@ -168,6 +204,7 @@ inline plan read_plan_json(std::string_view text, std::string_view source = "pla
     p.metrics.mean_rank_load = number("mean_rank_load", 0);
     p.metrics.idle_rank_slots = static_cast<std::int64_t>(number("idle_rank_slots", 0));
     p.metrics.min_microbatches = static_cast<std::int32_t>(number("min_microbatches", 0));
+    p.metrics.microbatch_overhead = number("microbatch_overhead", 0);
   }
   return p;
 }

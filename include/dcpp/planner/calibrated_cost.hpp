@@ -1,10 +1,13 @@
-// An estimator fitted by least squares to measured (length, cp, seconds) rows.
+// An estimator fitted by least squares to measured (length, cp, seconds) rows and, optionally,
+// measured micro-batch overheads.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -14,133 +17,367 @@
 
 #include "dcpp/error.hpp"
 #include "dcpp/planner/estimator.hpp"
+#include "dcpp/planner/network.hpp"
 
 namespace dcpp {
 
-//! One measurement: a sample of `length` tokens on a group of `cp` ranks took `seconds` per rank.
+//! One measurement: a sample of `length` tokens on a group of `cp` ranks took `seconds` per rank
+//! (forward and backward); or, with `microbatch` set, one micro-batch's fixed cost took `seconds`
+//! (`length` and `cp` unused).
 struct calibration_row {
   std::int64_t length = 0;
   std::int32_t cp = 1;
   double seconds = 0;
+  bool microbatch = false;
 };
 
-//! cost(L, cp) = max(0, a*L/cp + b*L^2/cp + c*(cp-1) + d*(cp-1)*L/cp): linear work, causal
-//! attention, and the ring's latency and bandwidth terms (zero for cp = 1).
-//! `fit` solves the least-squares problem with Householder QR on column-scaled features;
-//! features that no row exercises (all cp = 1: the ring terms) get coefficient 0.
+//! How well a fit matches its rows: relative residuals `(fitted - measured) / measured`.
+struct calibration_report {
+  std::size_t rows = 0;         //!< rows fitted (sample and micro-batch rows)
+  std::size_t coefficients = 0; //!< coefficients the rows determine (the others are 0)
+  double rms_relative = 0;      //!< root mean square of the relative residuals
+  double max_relative = 0;      //!< the largest |relative residual|...
+  std::size_t worst_row = 0;    //!< ...and its row (1-based, in input order)
+};
+
+//! cost(L, cp) = max(0, a*t*... ) with t = L/cp the tokens per rank:
+//!   compute: a*t + b*L^2/cp (linear layers, causal attention);
+//!   ring:    max(0, (cp-1) * g(t)), one g per network tier (a group inside a node, cp <=
+//!            gpus_per_node, or one spanning nodes): g(t) = c0 + c1*t + c2*t^2 +
+//!            sum_j d_j*max(0, t - k_j) at knots k_j from 512 to 32K tokens per rank. A ring
+//!            step's exposed time is its transfer (latency + bytes, linear in t) less the
+//!            attention that hides it (quadratic in t) while positive, then zero: the
+//!            quadratic follows the first part, the hinges the bend to zero;
+//!   micro-batch: a fixed cost `m` fitted from micro-batch rows (none without such rows: the
+//!            planner then uses its default, see `microbatch_overhead(problem, estimator)`).
+//! `fit` solves the least-squares problem in relative terms (each row divided by its measured
+//! time, so that short and long samples weigh alike) with Householder QR on column-scaled
+//! features. Features that no row exercises (all cp = 1: the ring terms; no group beyond a
+//! node: the inter-node terms) get coefficient 0, and so do the shape terms (t^2, the hinges)
+//! that the rows cannot determine: fewer than `rows_per_hinge` rows beyond a knot, or a column
+//! that is nearly a combination of the others. An undetermined compute, latency or bandwidth
+//! term is an error.
 class calibrated_cost {
 public:
-  static constexpr std::size_t feature_count = 4;
+  static constexpr std::size_t knot_count = 25;
+  //! Knots of the ring's hinge, in tokens per rank: a factor 2^(1/4) apart from 512 to 32K.
+  static constexpr std::array<double, knot_count> knots{
+      512,  609,  724,  861,  1024, 1218,  1448,  1722,  2048,  2435,  2896,  3444, 4096,
+      4871, 5793, 6889, 8192, 9742, 11585, 13777, 16384, 19484, 23170, 27554, 32768};
+  static constexpr std::size_t tier_features = 3 + knot_count;
+  static constexpr std::size_t intra_first = 2;
+  static constexpr std::size_t inter_first = intra_first + tier_features;
+  static constexpr std::size_t microbatch_feature = inter_first + tier_features;
+  static constexpr std::size_t feature_count = microbatch_feature + 1;
+  //! A hinge is fitted only where at least this many rows lie beyond its knot.
+  static constexpr std::size_t rows_per_hinge = 3;
   static constexpr std::array<std::string_view, feature_count> feature_names{
-      "tokens_per_rank", "length^2/cp", "cp-1", "(cp-1)*tokens_per_rank"};
+      "tokens_per_rank",
+      "length^2/cp",
+      "intra-node (cp-1)",
+      "intra-node (cp-1)*t",
+      "intra-node (cp-1)*t^2",
+      "intra-node (cp-1)*max(0, t-512)",
+      "intra-node (cp-1)*max(0, t-609)",
+      "intra-node (cp-1)*max(0, t-724)",
+      "intra-node (cp-1)*max(0, t-861)",
+      "intra-node (cp-1)*max(0, t-1024)",
+      "intra-node (cp-1)*max(0, t-1218)",
+      "intra-node (cp-1)*max(0, t-1448)",
+      "intra-node (cp-1)*max(0, t-1722)",
+      "intra-node (cp-1)*max(0, t-2048)",
+      "intra-node (cp-1)*max(0, t-2435)",
+      "intra-node (cp-1)*max(0, t-2896)",
+      "intra-node (cp-1)*max(0, t-3444)",
+      "intra-node (cp-1)*max(0, t-4096)",
+      "intra-node (cp-1)*max(0, t-4871)",
+      "intra-node (cp-1)*max(0, t-5793)",
+      "intra-node (cp-1)*max(0, t-6889)",
+      "intra-node (cp-1)*max(0, t-8192)",
+      "intra-node (cp-1)*max(0, t-9742)",
+      "intra-node (cp-1)*max(0, t-11585)",
+      "intra-node (cp-1)*max(0, t-13777)",
+      "intra-node (cp-1)*max(0, t-16384)",
+      "intra-node (cp-1)*max(0, t-19484)",
+      "intra-node (cp-1)*max(0, t-23170)",
+      "intra-node (cp-1)*max(0, t-27554)",
+      "intra-node (cp-1)*max(0, t-32768)",
+      "inter-node (cp-1)",
+      "inter-node (cp-1)*t",
+      "inter-node (cp-1)*t^2",
+      "inter-node (cp-1)*max(0, t-512)",
+      "inter-node (cp-1)*max(0, t-609)",
+      "inter-node (cp-1)*max(0, t-724)",
+      "inter-node (cp-1)*max(0, t-861)",
+      "inter-node (cp-1)*max(0, t-1024)",
+      "inter-node (cp-1)*max(0, t-1218)",
+      "inter-node (cp-1)*max(0, t-1448)",
+      "inter-node (cp-1)*max(0, t-1722)",
+      "inter-node (cp-1)*max(0, t-2048)",
+      "inter-node (cp-1)*max(0, t-2435)",
+      "inter-node (cp-1)*max(0, t-2896)",
+      "inter-node (cp-1)*max(0, t-3444)",
+      "inter-node (cp-1)*max(0, t-4096)",
+      "inter-node (cp-1)*max(0, t-4871)",
+      "inter-node (cp-1)*max(0, t-5793)",
+      "inter-node (cp-1)*max(0, t-6889)",
+      "inter-node (cp-1)*max(0, t-8192)",
+      "inter-node (cp-1)*max(0, t-9742)",
+      "inter-node (cp-1)*max(0, t-11585)",
+      "inter-node (cp-1)*max(0, t-13777)",
+      "inter-node (cp-1)*max(0, t-16384)",
+      "inter-node (cp-1)*max(0, t-19484)",
+      "inter-node (cp-1)*max(0, t-23170)",
+      "inter-node (cp-1)*max(0, t-27554)",
+      "inter-node (cp-1)*max(0, t-32768)",
+      "micro-batch",
+  };
 
   calibrated_cost() = default;
-  explicit calibrated_cost(std::array<double, feature_count> coefficients)
-      : coefficients_(coefficients) {}
+  explicit calibrated_cost(std::array<double, feature_count> coefficients,
+                           std::int32_t gpus_per_node = 8, bool has_overhead = false)
+      : coefficients_(coefficients), gpus_per_node_(gpus_per_node), has_overhead_(has_overhead) {}
 
-  static std::array<double, feature_count> features(std::int64_t length, std::int32_t cp) noexcept {
+  //! The features of a sample row (t = L/cp; the micro-batch feature 0).
+  static std::array<double, feature_count> features(std::int64_t length, std::int32_t cp,
+                                                    std::int32_t gpus_per_node) noexcept {
     const double l = static_cast<double>(length);
     const double c = static_cast<double>(cp);
-    return {l / c, l * l / c, c - 1.0, (c - 1.0) * l / c};
+    const double steps = c - 1.0;
+    const double t = l / c;
+    std::array<double, feature_count> x{};
+    x[0] = t;
+    x[1] = l * l / c;
+    if (cp > 1) {
+      const std::size_t first = cp > gpus_per_node ? inter_first : intra_first;
+      x[first] = steps;
+      x[first + 1] = steps * t;
+      x[first + 2] = steps * t * t;
+      for (std::size_t j = 0; j < knot_count; ++j)
+        x[first + 3 + j] = steps * std::max(0.0, t - knots[j]);
+    }
+    return x;
+  }
+  //! The features of a row: a sample's, or only the micro-batch feature.
+  static std::array<double, feature_count> features(const calibration_row& r,
+                                                    std::int32_t gpus_per_node) noexcept {
+    if (!r.microbatch)
+      return features(r.length, r.cp, gpus_per_node);
+    std::array<double, feature_count> x{};
+    x[microbatch_feature] = 1.0;
+    return x;
   }
 
   [[nodiscard]] static std::string name() { return "calibrated"; }
 
+  //! The fitted time; the features' sum term by term as `features` lays them out (the ring's
+  //! part, exposed communication, never below zero).
   [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const noexcept {
-    const auto x = features(length, cp);
-    double sum = 0;
-    for (std::size_t k = 0; k < feature_count; ++k)
-      sum += coefficients_[k] * x[k];
-    return std::max(0.0, sum);
+    const double l = static_cast<double>(length);
+    const double c = static_cast<double>(cp);
+    const double t = l / c;
+    const double compute = coefficients_[0] * t + coefficients_[1] * (l * l / c);
+    if (cp <= 1)
+      return std::max(0.0, compute);
+    const double* g = coefficients_.data() + (cp > gpus_per_node_ ? inter_first : intra_first);
+    const double steps = c - 1.0;
+    double ring = g[0] * steps + g[1] * (steps * t) + g[2] * (steps * t * t);
+    for (std::size_t j = 0; j < knot_count && t > knots[j]; ++j)
+      ring += g[3 + j] * (steps * (t - knots[j]));
+    return std::max(0.0, compute + std::max(0.0, ring));
+  }
+
+  //! The fitted micro-batch overhead (seconds), or none when no micro-batch row was measured.
+  [[nodiscard]] std::optional<double> microbatch_overhead() const noexcept {
+    return has_overhead_ ? std::optional<double>(coefficients_[microbatch_feature]) : std::nullopt;
+  }
+
+  //! The network the fit assumed: only the node size (the tiers' rates are in the coefficients).
+  [[nodiscard]] network_spec network() const noexcept {
+    return {gpus_per_node_, link_tier{}, link_tier{}};
   }
 
   [[nodiscard]] const std::array<double, feature_count>& coefficients() const noexcept {
     return coefficients_;
   }
+  [[nodiscard]] std::int32_t gpus_per_node() const noexcept { return gpus_per_node_; }
+  //! The residuals of the fit that made this estimator (empty for one built from coefficients).
+  [[nodiscard]] const calibration_report& report() const noexcept { return report_; }
 
-  //! Fits the coefficients; throws dcpp::error naming the row or the undetermined feature.
-  static calibrated_cost fit(std::span<const calibration_row> rows) {
+  //! Fits the coefficients to `rows` measured on nodes of `gpus_per_node` GPUs; throws
+  //! dcpp::error naming the row, the undetermined feature, or a fit that prices nothing.
+  static calibrated_cost fit(std::span<const calibration_row> rows,
+                             std::int32_t gpus_per_node = 8) {
+    if (gpus_per_node < 1)
+      throw error(status_code::invalid_option,
+                  fmt::format("calibration: gpus_per_node = {} must be >= 1", gpus_per_node));
+    std::size_t sample_rows = 0;
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
-      if (r.length <= 0 || r.cp <= 0 || !(r.seconds >= 0) || !std::isfinite(r.seconds))
+      if (!(r.seconds > 0) || !std::isfinite(r.seconds))
         throw error(status_code::parse_error,
-                    fmt::format("calibration row {}: (length = {}, cp = {}, seconds = {}) must "
-                                "have length > 0, cp > 0 and finite seconds >= 0",
-                                i + 1, r.length, r.cp, r.seconds));
+                    fmt::format("calibration row {}: seconds = {} must be a finite time > 0", i + 1,
+                                r.seconds));
+      if (r.microbatch)
+        continue;
+      ++sample_rows;
+      if (r.length <= 0 || r.cp <= 0)
+        throw error(status_code::parse_error,
+                    fmt::format("calibration row {}: (length = {}, cp = {}) must have length > 0 "
+                                "and cp > 0",
+                                i + 1, r.length, r.cp));
     }
+    if (sample_rows == 0)
+      throw error(status_code::parse_error,
+                  "calibration: no (length, cp, seconds) row; micro-batch rows alone price no "
+                  "sample");
+    // rows in relative terms: each row's features and time divided by its time
+    const auto row_features = [&](std::size_t i) {
+      auto x = features(rows[i], gpus_per_node);
+      for (double& v : x)
+        v /= rows[i].seconds;
+      return x;
+    };
     // columns that some row exercises
     std::array<double, feature_count> scale{};
-    for (const auto& r : rows) {
-      const auto x = features(r.length, r.cp);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto x = row_features(i);
       for (std::size_t k = 0; k < feature_count; ++k)
         scale[k] = std::max(scale[k], std::abs(x[k]));
     }
+    // columns that some row exercises; a hinge only where at least `rows_per_hinge` rows lie
+    // beyond its knot (one row would fit itself exactly and teach nothing)
+    std::array<std::size_t, feature_count> exercised{};
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto x = features(rows[i], gpus_per_node);
+      for (std::size_t k = 0; k < feature_count; ++k)
+        exercised[k] += x[k] != 0 ? 1 : 0;
+    }
+    const auto is_hinge = [](std::size_t k) {
+      const std::size_t in_tier = (k - intra_first) % tier_features;
+      return k >= intra_first && k < microbatch_feature && in_tier >= 3;
+    };
     std::vector<std::size_t> used;
     for (std::size_t k = 0; k < feature_count; ++k)
-      if (scale[k] > 0)
+      if (scale[k] > 0 && (!is_hinge(k) || exercised[k] >= rows_per_hinge))
         used.push_back(k);
+    // the required columns first (compute, each tier's latency and bandwidth, the micro-batch),
+    // then the shape columns (t^2 and the hinges), which are left out, last first, where the rows
+    // cannot determine them (too few rows, or a column that is nearly a combination of others)
+    const auto is_shape = [](std::size_t k) {
+      const std::size_t in_tier = (k - intra_first) % tier_features;
+      return k >= intra_first && k < microbatch_feature && in_tier >= 2;
+    };
+    std::stable_partition(used.begin(), used.end(), [&](std::size_t k) { return !is_shape(k); });
     const std::size_t n = rows.size();
-    const std::size_t p = used.size();
-    if (n < p)
+    const auto required = static_cast<std::size_t>(
+        std::count_if(used.begin(), used.end(), [&](std::size_t k) { return !is_shape(k); }));
+    if (n < required)
       throw error(status_code::parse_error,
-                  fmt::format("calibration: {} rows cannot determine {} coefficients; measure at "
-                              "least {} (length, cp) points",
-                              n, p, p));
-    // A (n x p, column-major) and b, scaled so every column has max |x| = 1
-    std::vector<double> a(n * p);
-    std::vector<double> b(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto x = features(rows[i].length, rows[i].cp);
-      for (std::size_t j = 0; j < p; ++j)
-        a[j * n + i] = x[used[j]] / scale[used[j]];
-      b[i] = rows[i].seconds;
-    }
-    // Householder QR, applied to b as we go
-    for (std::size_t j = 0; j < p; ++j) {
-      double norm = 0;
-      for (std::size_t i = j; i < n; ++i)
-        norm += a[j * n + i] * a[j * n + i];
-      norm = std::sqrt(norm);
-      if (norm < 1e-12 * std::sqrt(static_cast<double>(n)))
-        throw error(status_code::parse_error,
-                    fmt::format("calibration: the rows do not determine the coefficient of {} "
-                                "(it is a combination of the others); vary length and cp more",
-                                feature_names[used[j]]));
-      const double alpha = a[j * n + j] > 0 ? -norm : norm;
-      std::vector<double> v(n - j);
-      for (std::size_t i = j; i < n; ++i)
-        v[i - j] = a[j * n + i];
-      v[0] -= alpha;
-      double vnorm2 = 0;
-      for (const double x : v)
-        vnorm2 += x * x;
-      auto reflect = [&](double* col) {
-        double dot = 0;
-        for (std::size_t i = j; i < n; ++i)
-          dot += v[i - j] * col[i];
-        const double f = 2.0 * dot / vnorm2;
-        for (std::size_t i = j; i < n; ++i)
-          col[i] -= f * v[i - j];
-      };
-      for (std::size_t k = j; k < p; ++k)
-        reflect(&a[k * n]);
-      reflect(b.data());
-    }
+                  fmt::format("calibration: {} rows cannot determine the {} coefficients their "
+                              "(length, cp) points exercise; measure at least {} points",
+                              n, required, required));
+    while (used.size() > n)
+      used.pop_back();
     std::array<double, feature_count> coefficients{};
-    std::vector<double> solution(p);
-    for (std::size_t jj = p; jj-- > 0;) {
-      double s = b[jj];
-      for (std::size_t k = jj + 1; k < p; ++k)
-        s -= a[k * n + jj] * solution[k];
-      solution[jj] = s / a[jj * n + jj];
+    for (;;) {
+      const std::size_t p = used.size();
+      // A (n x p, column-major) and b, scaled so every column has max |x| = 1
+      std::vector<double> a(n * p);
+      std::vector<double> b(n, 1.0);
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto x = row_features(i);
+        for (std::size_t j = 0; j < p; ++j)
+          a[j * n + i] = x[used[j]] / scale[used[j]];
+      }
+      // Householder QR, applied to b as we go; a column whose part independent of the ones
+      // before is below the threshold is not determined by the rows
+      std::size_t undetermined = p;
+      for (std::size_t j = 0; j < p && undetermined == p; ++j) {
+        double norm = 0;
+        for (std::size_t i = j; i < n; ++i)
+          norm += a[j * n + i] * a[j * n + i];
+        norm = std::sqrt(norm);
+        const double threshold = is_shape(used[j]) ? 1e-7 : 1e-10;
+        if (norm < threshold * std::sqrt(static_cast<double>(n))) {
+          undetermined = j;
+          break;
+        }
+        const double alpha = a[j * n + j] > 0 ? -norm : norm;
+        std::vector<double> v(n - j);
+        for (std::size_t i = j; i < n; ++i)
+          v[i - j] = a[j * n + i];
+        v[0] -= alpha;
+        double vnorm2 = 0;
+        for (const double x : v)
+          vnorm2 += x * x;
+        auto reflect = [&](double* col) {
+          double dot = 0;
+          for (std::size_t i = j; i < n; ++i)
+            dot += v[i - j] * col[i];
+          const double f = 2.0 * dot / vnorm2;
+          for (std::size_t i = j; i < n; ++i)
+            col[i] -= f * v[i - j];
+        };
+        for (std::size_t k = j; k < p; ++k)
+          reflect(&a[k * n]);
+        reflect(b.data());
+      }
+      if (undetermined < p) {
+        if (!is_shape(used[undetermined]))
+          throw error(status_code::parse_error,
+                      fmt::format("calibration: the rows do not determine the coefficient of {} "
+                                  "(it is a combination of the others); vary length and cp more",
+                                  feature_names[used[undetermined]]));
+        used.erase(used.begin() + static_cast<std::ptrdiff_t>(undetermined));
+        continue;
+      }
+      std::vector<double> solution(p);
+      for (std::size_t jj = p; jj-- > 0;) {
+        double s = b[jj];
+        for (std::size_t k = jj + 1; k < p; ++k)
+          s -= a[k * n + jj] * solution[k];
+        solution[jj] = s / a[jj * n + jj];
+      }
+      for (std::size_t j = 0; j < p; ++j)
+        coefficients[used[j]] = solution[j] / scale[used[j]];
+      break;
     }
-    for (std::size_t j = 0; j < p; ++j)
-      coefficients[used[j]] = solution[j] / scale[used[j]];
-    return calibrated_cost(coefficients);
+    const std::size_t p = used.size();
+    const bool has_overhead = scale[microbatch_feature] > 0;
+    calibrated_cost fitted(coefficients, gpus_per_node, has_overhead);
+    // the report; a fit that prices a measured sample at zero or below is refused (its rows
+    // cannot describe a time that grows with the work)
+    calibration_report& report = fitted.report_;
+    report.rows = n;
+    report.coefficients = p;
+    double sum2 = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& r = rows[i];
+      const double predicted =
+          r.microbatch ? coefficients[microbatch_feature] : fitted.cost(r.length, r.cp);
+      if (!(predicted > 0))
+        throw error(status_code::parse_error,
+                    fmt::format("calibration row {}: the fit prices (length = {}, cp = {}) at {} "
+                                "s where {} s was measured; the rows do not describe a cost that "
+                                "grows with the work (check their units and columns)",
+                                i + 1, r.length, r.cp, predicted, r.seconds));
+      const double relative = (predicted - r.seconds) / r.seconds;
+      sum2 += relative * relative;
+      if (std::abs(relative) > report.max_relative) {
+        report.max_relative = std::abs(relative);
+        report.worst_row = i + 1;
+      }
+    }
+    report.rms_relative = std::sqrt(sum2 / static_cast<double>(n));
+    return fitted;
   }
 
 private:
   std::array<double, feature_count> coefficients_{};
+  std::int32_t gpus_per_node_ = 8;
+  bool has_overhead_ = false;
+  calibration_report report_{};
 };
 static_assert(workload_estimator<calibrated_cost>);
 

@@ -23,8 +23,9 @@ namespace dcpp::detail {
 template <workload_estimator Estimator>
 class cost_rows {
 public:
-  cost_rows(const problem& pr, const Estimator& estimator) noexcept
-      : pr_(pr), estimator_(estimator), grouped_(!pr.cost_row.empty()), table_(!pr.costs.empty()) {}
+  cost_rows(const problem& pr, const Estimator& estimator)
+      : pr_(pr), estimator_(estimator), grouped_(!pr.cost_row.empty()), table_(!pr.costs.empty()),
+        overhead_(microbatch_overhead(pr, estimator)) {}
 
   [[nodiscard]] const problem& batch() const noexcept { return pr_; }
   [[nodiscard]] const Estimator& estimator() const noexcept { return estimator_; }
@@ -64,13 +65,15 @@ public:
   [[nodiscard]] std::int64_t tokens(std::int32_t s, std::int32_t cp) const {
     return pr_.rank_tokens(static_cast<std::size_t>(s), cp);
   }
-  [[nodiscard]] double overhead() const { return microbatch_overhead(estimator_); }
+  //! The price of a micro-batch (`microbatch_overhead(problem, estimator)`).
+  [[nodiscard]] double overhead() const noexcept { return overhead_; }
 
 private:
   const problem& pr_;
   const Estimator& estimator_;
   bool grouped_; // samples grouped by length (tabulate_costs ran)
   bool table_;   // and the costs tabulated
+  double overhead_;
 };
 
 } // namespace dcpp::detail

@@ -4,10 +4,13 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
+#include "dcpp/core/math.hpp"
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/options.hpp"
 
@@ -24,7 +27,11 @@ namespace dcpp {
 //! An estimator may offer `costs(length, sizes, out)` filling a row at once; it must give the
 //! bits of `cost` (transformer_cost does, with a fifth of the divisions).
 template <workload_estimator Estimator>
-void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_entries = 1 << 17) {
+void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_entries = 1 << 17);
+
+namespace detail {
+template <workload_estimator Estimator>
+void tabulate_rows(problem& pr, const Estimator& estimator, std::size_t max_entries) {
   const std::size_t sizes_count = pr.cp_sizes.size();
   pr.costs.clear();
   pr.cost_row.clear();
@@ -92,7 +99,6 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
   }
 }
 
-namespace detail {
 //! The column of `cp` in the problem's cost table, -1 without a table or for a size that is not
 //! legal (a plan under validation).
 inline std::int32_t cost_column(const problem& pr, std::int32_t cp) noexcept {
@@ -114,6 +120,94 @@ template <workload_estimator Estimator>
 inline double sample_cost(const problem& pr, const Estimator& estimator, std::size_t s,
                           std::int32_t cp) {
   return detail::sample_cost_in(pr, estimator, s, cp, detail::cost_column(pr, cp));
+}
+
+//! The least work of a batch per rank, the two terms of DESIGN.md's lower bound: the samples'
+//! least rank areas `sum_i min_c c x cost(L_i, c)` over the world, and the longest least time
+//! `max_i min_c cost(L_i, c)`, over the legal sizes at or above each sample's smallest (per
+//! length once when the problem groups samples by length; sums in sample order).
+struct least_work {
+  double area_per_rank = 0;
+  double longest = 0;
+  [[nodiscard]] double bound() const noexcept { return std::max(area_per_rank, longest); }
+};
+
+template <workload_estimator Estimator>
+least_work least_work_of(const problem& pr, const Estimator& estimator) {
+  const bool grouped = !pr.cost_row.empty();
+  const std::size_t rows = grouped ? pr.row_sample.size() : pr.size();
+  std::vector<double> row_area(rows);
+  double longest = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const auto first = grouped ? static_cast<std::size_t>(pr.row_sample[r]) : r;
+    double best_area = std::numeric_limits<double>::infinity();
+    double best_time = std::numeric_limits<double>::infinity();
+    for (const std::int32_t cp : pr.cp_sizes) {
+      if (cp < pr.min_cp_of[first])
+        continue;
+      const double t = sample_cost(pr, estimator, first, cp);
+      best_area = std::min(best_area, t * cp);
+      best_time = std::min(best_time, t);
+    }
+    row_area[r] = best_area;
+    longest = std::max(longest, best_time);
+  }
+  double area = 0;
+  for (std::size_t s = 0; s < pr.size(); ++s)
+    area += row_area[grouped ? static_cast<std::size_t>(pr.cost_row[s]) : s];
+  return {area / pr.options.world_size, longest};
+}
+
+//! The share of a mean micro-batch's work that one micro-batch costs when neither the options
+//! nor the estimator say (`length^2/cp`, a calibration without micro-batch rows): 1%, a
+//! few times what the h100 preset's 5 ms are of a micro-batch of 16K tokens per rank of an 8B
+//! model (about 1.3 s), so an extra micro-batch is taken only when it saves clearly more.
+inline constexpr double default_microbatch_overhead_share = 0.01;
+
+namespace detail {
+//! Fewest micro-batches any plan needs (evaluate.hpp's `min_microbatches`, which calls this).
+inline std::int32_t fewest_microbatches(const problem& pr) {
+  std::int64_t rank_tokens = 0;
+  for (std::size_t i = 0; i < pr.size(); ++i)
+    rank_tokens += pr.rank_tokens(i, pr.min_cp_of[i]) * pr.min_cp_of[i];
+  const std::int64_t capacity =
+      std::int64_t{pr.options.world_size} * pr.options.max_tokens_per_rank;
+  const auto k =
+      static_cast<std::int32_t>(std::max<std::int64_t>(1, ceil_div(rank_tokens, capacity)));
+  return round_up(k, pr.options.microbatch_multiple);
+}
+
+//! The overhead from the batch's own work: the default share of the mean micro-batch at the
+//! bound (the least work per rank over the fewest micro-batches).
+template <workload_estimator Estimator>
+double batch_overhead(const problem& pr, const Estimator& estimator) {
+  return default_microbatch_overhead_share * least_work_of(pr, estimator).bound() /
+         static_cast<double>(fewest_microbatches(pr));
+}
+} // namespace detail
+
+//! The price of one micro-batch the planner and the evaluation use, in the estimator's unit:
+//! the option `microbatch_overhead` when set, else the estimator's own (`estimator_overhead`),
+//! else `default_microbatch_overhead_share` of the batch's mean micro-batch at the bound (worked
+//! out once by `tabulate_costs`, or here on a problem it never saw).
+template <workload_estimator Estimator>
+double microbatch_overhead(const problem& pr, const Estimator& estimator) {
+  if (pr.options.microbatch_overhead)
+    return *pr.options.microbatch_overhead;
+  if (const auto own = estimator_overhead(estimator))
+    return *own;
+  if (!std::isnan(pr.default_overhead))
+    return pr.default_overhead;
+  return detail::batch_overhead(pr, estimator);
+}
+
+template <workload_estimator Estimator>
+void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_entries) {
+  detail::tabulate_rows(pr, estimator, max_entries);
+  pr.default_overhead = std::numeric_limits<double>::quiet_NaN();
+  if (!pr.options.microbatch_overhead && !estimator_overhead(estimator) && pr.size() > 0 &&
+      !pr.cp_sizes.empty())
+    pr.default_overhead = detail::batch_overhead(pr, estimator);
 }
 
 } // namespace dcpp

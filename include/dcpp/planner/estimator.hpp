@@ -3,6 +3,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace dcpp {
@@ -18,16 +19,22 @@ concept workload_estimator = std::copyable<E> &&
   { e.cost(length, cp) } -> std::convertible_to<double>;
 };
 
-//! The fixed cost of one micro-batch (kernel launches, the per-micro-batch collectives of the
-//! dynamic mesh), in the estimator's unit: `e.microbatch_overhead()` when the estimator offers
-//! it, else 0. Step time counts it once per micro-batch, so that a plan pays for the rounds it
-//! adds.
+//! The estimator's own price of one micro-batch (kernel launches, the per-micro-batch
+//! collectives of the dynamic mesh), in its unit: `e.microbatch_overhead()` when the estimator
+//! offers it (a number, or an optional that may be empty: a calibration without micro-batch
+//! rows), else none. The planner's overhead is the plan option when set, else this, else a
+//! share of the batch's own work (`dcpp::microbatch_overhead(problem, estimator)`, costs.hpp).
 template <class E>
-double microbatch_overhead(const E& e) {
-  if constexpr (requires { e.microbatch_overhead(); })
-    return static_cast<double>(e.microbatch_overhead());
-  else
-    return 0.0;
+std::optional<double> estimator_overhead(const E& e) {
+  if constexpr (requires { e.microbatch_overhead(); }) {
+    const auto value = e.microbatch_overhead();
+    if constexpr (requires { value.has_value(); })
+      return value ? std::optional<double>(static_cast<double>(*value)) : std::nullopt;
+    else
+      return static_cast<double>(value);
+  } else {
+    return std::nullopt;
+  }
 }
 
 //! `length^2 / cp`: the cost model of Megatron-LM's dynamic-CP scheduler. Used for parity with

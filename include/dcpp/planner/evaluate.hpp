@@ -19,47 +19,20 @@ namespace dcpp {
 //! Fewest micro-batches any plan needs: total padded tokens (each sample at its smallest cp)
 //! over the world's token capacity, rounded up to the micro-batch multiple.
 inline std::int32_t min_microbatches(const problem& pr) {
-  std::int64_t rank_tokens = 0;
-  for (std::size_t i = 0; i < pr.size(); ++i)
-    rank_tokens += pr.rank_tokens(i, pr.min_cp_of[i]) * pr.min_cp_of[i];
-  const std::int64_t capacity =
-      std::int64_t{pr.options.world_size} * pr.options.max_tokens_per_rank;
-  const auto k =
-      static_cast<std::int32_t>(std::max<std::int64_t>(1, ceil_div(rank_tokens, capacity)));
-  return round_up(k, pr.options.microbatch_multiple);
+  return detail::fewest_microbatches(pr);
 }
 
 namespace detail {
 //! `lower_bound` with the fewest micro-batches `k_min` (= min_microbatches(pr)) given.
 template <workload_estimator Estimator>
 double lower_bound(const problem& pr, const Estimator& estimator, std::int32_t k_min) {
-  // (least rank area, least time) per cost row over its feasible sizes, summed in sample order
-  const cost_rows<Estimator> costs(pr, estimator);
-  std::vector<double> row_area(costs.rows());
-  double longest = 0;
-  for (std::size_t r = 0; r < row_area.size(); ++r) {
-    const auto first = static_cast<std::size_t>(costs.first_sample(r));
-    double best_area = std::numeric_limits<double>::infinity();
-    double best_time = std::numeric_limits<double>::infinity();
-    for (const std::int32_t cp : pr.cp_sizes) {
-      if (cp < pr.min_cp_of[first])
-        continue;
-      const double t = costs.row_cost(static_cast<std::int32_t>(r), cp);
-      best_area = std::min(best_area, t * cp);
-      best_time = std::min(best_time, t);
-    }
-    row_area[r] = best_area;
-    longest = std::max(longest, best_time);
-  }
-  double area = 0;
-  for (std::int32_t s = 0; s < costs.samples(); ++s)
-    area += row_area[static_cast<std::size_t>(costs.row_of(s))];
-  return std::max(area / pr.options.world_size, longest) + k_min * microbatch_overhead(estimator);
+  return least_work_of(pr, estimator).bound() + k_min * microbatch_overhead(pr, estimator);
 }
 } // namespace detail
 
 //! `LB = max( sum_i min_c c*cost(L_i,c) / N , max_i min_c cost(L_i,c) )` over the feasible c,
-//! plus the estimator's micro-batch overhead for the fewest micro-batches any plan needs.
+//! plus the micro-batch overhead (`microbatch_overhead(pr, estimator)`) for the fewest
+//! micro-batches any plan needs.
 template <workload_estimator Estimator>
 double lower_bound(const problem& pr, const Estimator& estimator) {
   return detail::lower_bound(pr, estimator, min_microbatches(pr));
@@ -142,7 +115,7 @@ double budget_lower_bound(const problem& pr, const Estimator& estimator) {
       capacity -= take;
     }
   }
-  const double overhead = microbatch_overhead(estimator);
+  const double overhead = microbatch_overhead(pr, estimator);
   const std::int32_t k_min = min_microbatches(pr);
   // without heavy samples every term is lower_bound's (the same sums in the same order)
   const double work_bound =
@@ -181,7 +154,8 @@ void evaluate(plan& p, const problem& pr, const Estimator& estimator) {
     step += mb.time;
     load_max = std::max(load_max, mb.time);
   }
-  step += static_cast<double>(p.microbatches.size()) * microbatch_overhead(estimator);
+  const double overhead = microbatch_overhead(pr, estimator);
+  step += static_cast<double>(p.microbatches.size()) * overhead;
   p.metrics.estimated_step_time = step;
   const std::int32_t k_min = min_microbatches(pr);
   p.metrics.lower_bound = detail::lower_bound(pr, estimator, k_min);
@@ -191,6 +165,7 @@ void evaluate(plan& p, const problem& pr, const Estimator& estimator) {
   p.metrics.mean_rank_load = slots > 0 ? load_sum / slots : 0.0;
   p.metrics.idle_rank_slots = idle;
   p.metrics.min_microbatches = k_min;
+  p.metrics.microbatch_overhead = overhead;
 }
 
 } // namespace dcpp

@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -39,6 +42,11 @@ struct plan_options {
   topology group_topology = topology::aligned;
   std::int64_t padding_unit = 1;        //!< samples pad to a multiple of 2*cp*padding_unit
   std::int32_t microbatch_multiple = 1; //!< micro-batch count must be a multiple of this
+  //! The price of one micro-batch in the estimator's unit (seconds for the transformer model):
+  //! plans pay it once per micro-batch, so an extra micro-batch is taken only when it saves
+  //! more. Empty: the estimator's own, else `default_microbatch_overhead_share` of the batch's
+  //! mean micro-batch at the bound (costs.hpp).
+  std::optional<double> microbatch_overhead;
 
   [[nodiscard]] std::int32_t effective_max_cp() const noexcept {
     return max_cp == 0 ? world_size : std::min(max_cp, world_size);
@@ -107,6 +115,11 @@ inline status check_options(const plan_options& o) noexcept {
   if (o.microbatch_multiple < 1)
     return status::failure(invalid_option, fmt::format("microbatch_multiple = {} must be >= 1",
                                                        o.microbatch_multiple));
+  if (o.microbatch_overhead &&
+      !(std::isfinite(*o.microbatch_overhead) && *o.microbatch_overhead >= 0))
+    return status::failure(
+        invalid_option,
+        fmt::format("microbatch_overhead = {} must be finite and >= 0", *o.microbatch_overhead));
   if (o.group_topology == topology::aligned) {
     if (!is_power_of_two(o.min_cp))
       return status::failure(invalid_option,
@@ -146,6 +159,9 @@ struct problem {
   std::vector<double> costs;
   std::vector<std::int32_t> cost_row;
   std::vector<std::int32_t> row_sample;
+  //! The micro-batch overhead when it comes from the batch's own work (no option, no
+  //! estimator overhead), worked out once by `tabulate_costs`; NaN until then.
+  double default_overhead = std::numeric_limits<double>::quiet_NaN();
 
   [[nodiscard]] std::size_t size() const noexcept { return lengths.size(); }
   //! The row of `costs` for `sample`'s length (indexed by size index), or nullptr without a table.

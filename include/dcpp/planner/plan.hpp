@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "dcpp/planner/network.hpp"
 #include "dcpp/planner/options.hpp"
 
 namespace dcpp {
@@ -40,6 +42,7 @@ struct plan_metrics {
   double mean_rank_load = 0;      //!< mean over (micro-batch, rank), idle slots counted as 0
   std::int64_t idle_rank_slots = 0;
   std::int32_t min_microbatches = 0; //!< ceil(total padded tokens at each sample's min cp / (N*M))
+  double microbatch_overhead = 0;    //!< the price of one micro-batch the plan was judged with
   friend bool operator==(const plan_metrics&, const plan_metrics&) = default;
 };
 
@@ -52,6 +55,9 @@ struct plan {
   plan_metrics metrics;
   std::string policy;    //!< name of the packing policy that made it (informational)
   std::string estimator; //!< name of the estimator it was evaluated with (informational)
+  //! The network the estimator priced the rings on, when it models one (transformer_cost,
+  //! calibrated_cost: `estimator.network()`); recorded in the plan JSON.
+  std::optional<network_spec> network;
   friend bool operator==(const plan&, const plan&) = default;
 
   //! Per-rank view of micro-batch `mb`: group index covering each rank, or -1 if idle.

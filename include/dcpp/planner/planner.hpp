@@ -1,6 +1,7 @@
 // planner<Estimator, Packing, Communicator>: policies in, a validated plan out.
 #pragma once
 
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -30,8 +31,13 @@ inline std::uint64_t options_hash(const plan_options& o) {
   plan shell;
   shell.world_size = o.world_size;
   shell.max_tokens_per_rank = o.max_tokens_per_rank;
-  shell.lengths = {o.min_cp, o.max_cp, static_cast<std::int64_t>(o.group_topology), o.padding_unit,
-                   o.microbatch_multiple};
+  shell.lengths = {o.min_cp,
+                   o.max_cp,
+                   static_cast<std::int64_t>(o.group_topology),
+                   o.padding_unit,
+                   o.microbatch_multiple,
+                   o.microbatch_overhead ? 1 : 0,
+                   std::bit_cast<std::int64_t>(o.microbatch_overhead.value_or(0.0))};
   return plan_hash(shell);
 }
 
@@ -79,6 +85,8 @@ public:
     plan p = packing_.pack(pr, estimator_);
     if constexpr (requires { estimator_.name(); })
       p.estimator = estimator_.name();
+    if constexpr (requires { estimator_.network(); })
+      p.network = estimator_.network();
     canonicalize(p);
     evaluate(p, pr, estimator_);
     p.metrics.plan_seconds =

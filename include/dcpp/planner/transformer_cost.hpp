@@ -15,6 +15,7 @@
 #include "dcpp/core/math.hpp"
 #include "dcpp/error.hpp"
 #include "dcpp/planner/estimator.hpp"
+#include "dcpp/planner/network.hpp"
 
 namespace dcpp {
 
@@ -31,13 +32,12 @@ struct model_shape {
   friend bool operator==(const model_shape&, const model_shape&) = default;
 };
 
-//! What one device achieves. Rates are sustained, not peak.
+//! What one device and its network achieve. Rates are sustained, not peak.
 struct device_spec {
   std::string_view name;
-  double matmul_flops = 5.9e14;          //!< dense bf16 GEMM FLOP/s reached by the linear layers
-  double attention_flops = 4.5e14;       //!< FLOP/s reached by the attention kernel
-  double link_bytes_per_second = 2.0e11; //!< one direction, ring neighbour to ring neighbour
-  double link_latency = 1.5e-5;          //!< seconds per ring-step message
+  double matmul_flops = 5.9e14;    //!< dense bf16 GEMM FLOP/s reached by the linear layers
+  double attention_flops = 4.5e14; //!< FLOP/s reached by the attention kernel
+  network_spec network{};          //!< GPUs per node; ring links inside and between nodes
   std::int32_t bytes_per_element = 2;
   double microbatch_overhead = 5e-3; //!< seconds per micro-batch: launches, mesh collectives
   friend bool operator==(const device_spec&, const device_spec&) = default;
@@ -50,21 +50,31 @@ inline constexpr std::array<model_shape, 3> model_presets{{
     {"qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, true},
 }};
 
-//! Devices: peak bf16 dense rate x an achievable fraction (0.6 for GEMMs, 0.45 for attention,
-//! typical of large-batch training reports); ring bandwidth a third of NVLink's per-direction
-//! peak (p2p send/recv through NCCL shares the links with the other collectives); 5 ms per
-//! micro-batch for launches and the dynamic mesh's per-micro-batch collectives (an assumption
-//! to calibrate: it is what makes an extra micro-batch cost something).
+//! Devices, in nodes of 8 GPUs (DGX/HGX H100 and A100 systems):
+//! * compute: peak bf16 dense rate (H100 SXM 989 TFLOP/s, A100 312 TFLOP/s: NVIDIA's datasheets)
+//!   x an achievable fraction (0.6 for GEMMs, 0.45 for attention, typical of large-batch
+//!   training reports);
+//! * inside a node: a third of NVLink's per-direction peak (H100 NVLink 4: 900 GB/s both ways,
+//!   450 one way; A100 NVLink 3: 600 GB/s, 300 one way), because p2p send/recv through NCCL
+//!   shares the links with the other collectives of the step (tensor and data parallel);
+//! * between nodes: one NIC per GPU (DGX H100: ConnectX-7 400 Gb/s NDR, 50 GB/s; DGX A100:
+//!   ConnectX-6 200 Gb/s HDR, 25 GB/s) at 80% of line rate, what NCCL's p2p over InfiniBand
+//!   sustains; a larger per-message latency (the proxy thread and RDMA round trip);
+//! * 5 ms per micro-batch for launches and the dynamic mesh's per-micro-batch collectives (an
+//!   assumption to calibrate: it is what makes an extra micro-batch cost something).
 inline constexpr std::array<device_spec, 2> device_presets{{
-    {"h100", 0.6 * 989e12, 0.45 * 989e12, 450e9 / 3, 1.5e-5, 2, 5e-3},
-    {"a100", 0.6 * 312e12, 0.45 * 312e12, 300e9 / 3, 2.0e-5, 2, 5e-3},
+    {"h100", 0.6 * 989e12, 0.45 * 989e12, {8, {450e9 / 3, 1.5e-5}, {0.8 * 50e9, 2.5e-5}}, 2, 5e-3},
+    {"a100", 0.6 * 312e12, 0.45 * 312e12, {8, {300e9 / 3, 2.0e-5}, {0.8 * 25e9, 3.0e-5}}, 2, 5e-3},
 }};
 
 //! Time per rank of one sample, forward and backward, on a CP group of `cp` ranks (seconds):
 //!   linear:    3 x (2 x parameters per token) x tokens on the rank / matmul rate
 //!   attention: 3.5 x (2 x L^2 x hidden per layer, causal) / cp / attention rate
 //!   ring:      (cp-1) steps per layer, forward (K,V) and backward (K,V,dK,dV); only the part of
-//!              each step's transfer that the step's attention compute cannot hide is exposed.
+//!              each step's transfer that the step's attention compute cannot hide is exposed;
+//!              a step's transfer runs at the tier the ring crosses (`network_spec::tier`: a
+//!              group inside a node at the NVLink rate, one spanning nodes at the inter-node
+//!              rate, since each step waits for its slowest hop).
 //! Only + - * / and max: the same bits on every platform, which plan determinism needs.
 class transformer_cost {
 public:
@@ -99,9 +109,9 @@ public:
     // one ring step of one layer: compute of 1/cp of the rank's attention, transfer of one KV block
     const double step_compute = per_rank(attention_forward) / model_.layers;
     const double step_bytes = kv_bytes_per_token_ * tokens;
-    const double forward_step = device_.link_latency + step_bytes / device_.link_bytes_per_second;
-    const double backward_step =
-        device_.link_latency + 2.0 * step_bytes / device_.link_bytes_per_second;
+    const link_tier& link = device_.network.tier(cp);
+    const double forward_step = link.latency + step_bytes / link.bytes_per_second;
+    const double backward_step = link.latency + 2.0 * step_bytes / link.bytes_per_second;
     const double exposed = std::max(0.0, forward_step - step_compute) +
                            std::max(0.0, backward_step - 2.5 * step_compute);
     return linear + attention + (c - 1.0) * model_.layers * exposed;
@@ -117,7 +127,10 @@ public:
     const double linear_one = linear_flops_per_token_ * l / device_.matmul_flops;
     const double forward_one = attention_flops_per_token2_ * l * l / device_.attention_flops;
     const double step_compute_one = forward_one / model_.layers;
-    const double transfer_one = kv_bytes_per_token_ * l / device_.link_bytes_per_second;
+    const link_tier& intra = device_.network.intra_node;
+    const link_tier& inter = device_.network.inter_node;
+    const double transfer_intra = kv_bytes_per_token_ * l / intra.bytes_per_second;
+    const double transfer_inter = kv_bytes_per_token_ * l / inter.bytes_per_second;
     for (std::size_t i = 0; i < sizes.size() && i < out.size(); ++i) {
       const std::int32_t cp = sizes[i];
       if (!is_power_of_two(cp)) {
@@ -132,8 +145,11 @@ public:
         continue;
       }
       const double step_compute = step_compute_one * inverse * inverse;
-      const double forward_step = device_.link_latency + transfer_one * inverse;
-      const double backward_step = device_.link_latency + 2.0 * transfer_one * inverse;
+      const bool spans = device_.network.spans_nodes(cp);
+      const double latency = spans ? inter.latency : intra.latency;
+      const double transfer_one = spans ? transfer_inter : transfer_intra;
+      const double forward_step = latency + transfer_one * inverse;
+      const double backward_step = latency + 2.0 * transfer_one * inverse;
       const double exposed = std::max(0.0, forward_step - step_compute) +
                              std::max(0.0, backward_step - 2.5 * step_compute);
       out[i] = linear + attention + (static_cast<double>(cp) - 1.0) * model_.layers * exposed;
@@ -145,6 +161,8 @@ public:
 
   [[nodiscard]] const model_shape& model() const noexcept { return model_; }
   [[nodiscard]] const device_spec& device() const noexcept { return device_; }
+  //! The network it prices the ring on (recorded in the plan).
+  [[nodiscard]] const network_spec& network() const noexcept { return device_.network; }
   [[nodiscard]] std::string name() const { return fmt::format("{}@{}", model_.name, device_.name); }
 
   //! "MODEL@DEVICE" or "MODEL" (device h100), e.g. "llama3-70b@a100".

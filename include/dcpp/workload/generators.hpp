@@ -136,4 +136,31 @@ inline std::vector<std::int64_t> short_only(std::size_t n, std::uint64_t seed,
   return out;
 }
 
+//! Context extension: mostly short samples (log-normal, median 1,024, sigma 1, clamped to
+//! [64, 16384]) with a share `long_share` (at least two samples) of long documents, log-uniform
+//! in [max_length / 4, max_length]: the mix of a long-context extension run, whose long samples
+//! come near the world's token capacity per micro-batch while the short ones fill the rest.
+inline std::vector<std::int64_t> context_extension(std::size_t n, std::uint64_t seed,
+                                                   std::int64_t max_length = 262144,
+                                                   double long_share = 0.02) {
+  rng r(seed);
+  std::vector<std::int64_t> out(n);
+  const auto longs = std::max<std::size_t>(std::min<std::size_t>(2, n),
+                                           static_cast<std::size_t>(std::llround(long_share * n)));
+  const double lo = std::log(static_cast<double>(std::max<std::int64_t>(1, max_length / 4)));
+  const double hi = std::log(static_cast<double>(max_length));
+  for (auto& l : out)
+    l = clamp_length(std::exp(std::log(1024.0) + r.normal()), 64, 16384);
+  // the long ones spread through the batch: one in each of `longs` equal stretches, at a
+  // seeded place within it
+  for (std::size_t k = 0; k < longs; ++k) {
+    const std::size_t from = k * n / longs;
+    const std::size_t to = (k + 1) * n / longs;
+    const auto at =
+        from + static_cast<std::size_t>(r.uniform_int(0, static_cast<std::int64_t>(to - from) - 1));
+    out[at] = clamp_length(std::exp(lo + (hi - lo) * r.uniform()), 1, max_length);
+  }
+  return out;
+}
+
 } // namespace dcpp::workload

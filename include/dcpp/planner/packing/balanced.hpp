@@ -58,8 +58,10 @@ struct balanced_step {
 //! dcpp's own packing policy: a portfolio of constructions, each result improved by the local
 //! search, the best kept (docs/policies.md tells the whole story).
 //! * CP size per sample: the legal size with the least rank area `cp x cost`.
-//! * Micro-batches: the token lower bound plus `extra_microbatches` (default: a quarter more
-//!   when the estimator prices a micro-batch), or the megatron construction's count if larger.
+//! * Micro-batches: at most the token lower bound plus `extra_microbatches` (default: as many
+//!   again, `tuning.extra_rounds_divisor`), or the megatron construction's count if larger; every
+//!   round costs the micro-batch overhead (`microbatch_overhead(problem, estimator)`), so more
+//!   rounds win only where they lower the step time by more than they cost.
 //! * Steps: the megatron construction first (up to `tuning.megatron_limit`), then
 //!   `balanced_steps(tuning)`; a step runs when its construction is selected and the batch is
 //!   within its limit. A result over the allowed rounds, or `tuning.improve_within` slower than
@@ -72,8 +74,9 @@ struct balanced_step {
 template <bucketing_policy Bucketing = by_cp_size>
 struct balanced_with {
   static constexpr std::string_view name = "balanced";
-  //! Rounds allowed beyond the token lower bound; -1: a quarter more when the estimator has a
-  //! micro-batch overhead, none otherwise.
+  //! Rounds allowed beyond the token lower bound, in micro-batch multiples (a cap: rounds are
+  //! taken only where they pay for their overhead); -1: 1/tuning.extra_rounds_divisor of the
+  //! token minimum (as many again), at least one multiple.
   std::int32_t extra_microbatches = -1;
   //! Which constructions' plans compete (bits). The megatron construction runs within its limit
   //! whatever the bits, to bound the rounds.
@@ -122,14 +125,14 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   const detail::sample_sizes least_area = detail::least_area_sizes(costs, tuning);
   const std::int32_t k_min = detail::token_lower_bound(costs, least_area);
 
-  // Rounds beyond the token minimum: `extra_microbatches`, or, when the estimator prices a
-  // micro-batch (so that an extra round must pay for itself), up to a quarter more.
+  // Rounds beyond the token minimum: `extra_microbatches`, or up to 1/extra_rounds_divisor more
+  // (as many again; at least one micro-batch multiple). Every plan pays the micro-batch overhead
+  // per round, so a construction that uses more rounds wins only where they lower step time +
+  // overhead x micro-batches.
   std::int64_t extra = std::int64_t{extra_microbatches} * o.microbatch_multiple;
   if (extra_microbatches < 0) {
     const std::int64_t share = ceil_div<std::int64_t>(k_min, tuning.extra_rounds_divisor);
-    extra = costs.overhead() > 0
-                ? round_up<std::int64_t>(std::max<std::int64_t>(1, share), o.microbatch_multiple)
-                : 0;
+    extra = round_up<std::int64_t>(std::max<std::int64_t>(1, share), o.microbatch_multiple);
   }
   std::size_t allowed = static_cast<std::size_t>(k_min + extra);
 

@@ -32,8 +32,9 @@ inline tabulation tabulation_for(std::uint64_t seed) {
 //! A problem, tabulated or not, and the view over it (the view refers to both, so a batch
 //! neither copies nor moves).
 struct batch {
-  batch(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths, tabulation t)
-      : pr(make(o, lengths, t)), costs(pr, e) {}
+  batch(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths, tabulation t,
+        estimator model = {})
+      : e(model), pr(make(o, lengths, t, e)), costs(pr, e) {}
   batch(const batch&) = delete;
   batch& operator=(const batch&) = delete;
 
@@ -43,10 +44,10 @@ struct batch {
 
 private:
   static dcpp::problem make(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths,
-                            tabulation t) {
+                            tabulation t, const estimator& model) {
     dcpp::problem p = dcpp::make_problem(o, lengths);
     if (t != tabulation::none)
-      dcpp::tabulate_costs(p, estimator{}, t == tabulation::table ? std::size_t{1} << 17 : 0);
+      dcpp::tabulate_costs(p, model, t == tabulation::table ? std::size_t{1} << 17 : 0);
     return p;
   }
 };

@@ -19,7 +19,7 @@ namespace w = dcpp::workload;
 
 //! The step time of a plan added up directly: per round the slowest group's summed costs.
 double step_of(const dcpp::plan& p, const batch& b) {
-  double step = static_cast<double>(p.microbatches.size()) * dcpp::microbatch_overhead(b.e);
+  double step = static_cast<double>(p.microbatches.size()) * dcpp::microbatch_overhead(b.pr, b.e);
   for (const auto& mb : p.microbatches) {
     double slowest = 0;
     for (const auto& g : mb.groups) {

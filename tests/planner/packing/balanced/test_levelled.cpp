@@ -120,11 +120,11 @@ TEST_CASE("levelled: ending rounds early changes no round") {
 }
 
 TEST_CASE("levelled: a heavy share keeps the two heaviest samples out of one group") {
-  // the benchmark's long_tail/48/s2: without the share, its two 128K samples share a group
-  // (which then takes as long as both); with it, each has its own
+  // the benchmark's long_tail/48/s2 on one network tier: without the share, its two 128K
+  // samples share a group (which then takes as long as both); with it, each has its own
   const dcpp::plan_options o = options_for(48, 8192);
   const std::vector<std::int64_t> lengths = w::long_tail(1536, 2);
-  const batch b(o, lengths, tabulation::table);
+  const batch b(o, lengths, tabulation::table, one_tier_h100());
   std::vector<std::int32_t> by_length(lengths.size());
   for (std::size_t s = 0; s < lengths.size(); ++s)
     by_length[s] = static_cast<std::int32_t>(s);

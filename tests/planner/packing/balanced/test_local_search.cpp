@@ -72,9 +72,9 @@ TEST_CASE("local search: the critical group gives a sample to free ranks") {
   const batch b(o, {1000, 1000}, tabulation::none);
   state a = state::from_plan(b.costs, plan_of(b, {{{0, 1, {0, 1}, 0, 0.0}}}));
   const double w = b.costs.cost(0, 1);
-  CHECK(a.step_time() == doctest::Approx(2 * w + dcpp::microbatch_overhead(b.e)));
+  CHECK(a.step_time() == doctest::Approx(2 * w + dcpp::microbatch_overhead(b.pr, b.e)));
   improve_checked(a, b, 8);
-  CHECK(a.step_time() == doctest::Approx(w + dcpp::microbatch_overhead(b.e)));
+  CHECK(a.step_time() == doctest::Approx(w + dcpp::microbatch_overhead(b.pr, b.e)));
   CHECK(a.group_of(0) != a.group_of(1));
 }
 

@@ -83,7 +83,7 @@ TEST_CASE("targeted: equal samples fill every rank of every round to the target"
   CHECK(a->rounds() == 2);
   const double w1 = sizes.cost[0];
   CHECK(a->step_time() ==
-        doctest::Approx(2 * (w1 + w1 + w1 + w1) + 2 * dcpp::microbatch_overhead(b.e)));
+        doctest::Approx(2 * (w1 + w1 + w1 + w1) + 2 * dcpp::microbatch_overhead(b.pr, b.e)));
   // one round too few: the tokens do not fit, no assignment
   CHECK_FALSE(d::targeted(b.costs, sizes, target, 1, all, tuning).has_value());
 }

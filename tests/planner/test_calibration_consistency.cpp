@@ -1,0 +1,69 @@
+// The calibration's self-consistency: `calibrated_cost` fitted to timings generated from a known
+// two-tier transformer model plans within 1% of that model (step time under the model), on every
+// generated benchmark workload (bench/planner_cases.hpp).
+#include "../support.hpp"
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "dcpp/planner/calibrated_cost.hpp"
+#include "dcpp/planner/evaluate.hpp"
+#include "dcpp/planner/planner.hpp"
+#include "dcpp/planner/transformer_cost.hpp"
+#include "planner_cases.hpp"
+
+namespace {
+
+//! What a measurement campaign would record from `truth`: samples of lengths a factor 1.1
+//! apart from 512 to 1M tokens on every power-of-two group of 1 to 256 ranks that gives each
+//! rank 64 to 64K tokens, and two measured micro-batch overheads.
+std::vector<dcpp::calibration_row> timings_of(const dcpp::transformer_cost& truth) {
+  std::vector<dcpp::calibration_row> rows;
+  for (double l = 512; l <= 1 << 20; l *= 1.1)
+    for (std::int32_t cp = 1; cp <= 256; cp *= 2) {
+      const auto length = static_cast<std::int64_t>(l);
+      if (length / cp < 64 || length / cp > 65536)
+        continue;
+      rows.push_back({length, cp, truth.cost(length, cp), false});
+    }
+  const double overhead = truth.microbatch_overhead();
+  rows.push_back({0, 0, overhead, true});
+  rows.push_back({0, 0, overhead, true});
+  return rows;
+}
+
+void check_consistency(const dcpp::transformer_cost& truth) {
+  const dcpp::calibrated_cost fitted =
+      dcpp::calibrated_cost::fit(timings_of(truth), truth.network().gpus_per_node);
+  MESSAGE(truth.name() << ": fit to " << fitted.report().rows << " rows, relative residual rms "
+                       << fitted.report().rms_relative << ", max " << fitted.report().max_relative);
+  CHECK(fitted.report().rms_relative < 0.01);
+  CHECK(fitted.microbatch_overhead() == doctest::Approx(truth.microbatch_overhead()));
+  double worst = 0;
+  for (const auto& c : dcpp_bench::generated_cases(false)) {
+    CAPTURE(c.name);
+    const dcpp::planner<dcpp::transformer_cost, dcpp::balanced> by_model(c.options, truth);
+    const dcpp::planner<dcpp::calibrated_cost, dcpp::balanced> by_fit(c.options, fitted);
+    const dcpp::plan ideal = by_model.make_plan(c.lengths);
+    dcpp::plan calibrated = by_fit.make_plan(c.lengths);
+    // the calibrated plan, timed by the model it was fitted to
+    dcpp::evaluate(calibrated, dcpp::make_problem(c.options, c.lengths), truth);
+    const double ratio = calibrated.metrics.estimated_step_time / ideal.metrics.estimated_step_time;
+    worst = std::max(worst, ratio);
+    CHECK(ratio <= 1.01);
+  }
+  MESSAGE(truth.name() << ": the calibrated plans are at most " << (worst - 1) * 100
+                       << "% slower under the model");
+}
+
+} // namespace
+
+TEST_CASE("calibration: a fit to a two-tier model's timings plans within 1% of the model") {
+  check_consistency(dcpp::transformer_cost{}); // llama3-8b on h100, 8 GPUs per node
+}
+
+TEST_CASE("calibration: the same on a100 nodes of 4 GPUs with a 70B model") {
+  dcpp::device_spec a100 = dcpp::transformer_cost::from_preset("llama3-70b@a100")->device();
+  a100.network.gpus_per_node = 4;
+  check_consistency(dcpp::transformer_cost(dcpp::model_presets[1], a100));
+}
