@@ -41,15 +41,20 @@ struct balanced_step {
 };
 
 //! The steps after the megatron construction, in the order they run (an earlier plan wins a
-//! tie): levelled at the default reach; its three variants; static; targeted.
+//! tie): levelled at the default reach with free rides (the one levelled run on large batches);
+//! the same without; its four variants; static; targeted.
 [[nodiscard]] inline std::vector<balanced_step> balanced_steps(const balanced_tuning& t) {
   using enum balanced_construction;
   const std::int64_t variants = t.levelled_variants_limit;
   return {
-      {levelled, std::numeric_limits<std::int64_t>::max(), {t.reach_area, 0.0}},
+      {levelled,
+       std::numeric_limits<std::int64_t>::max(),
+       {t.reach_area, 0.0, true, 0, t.free_ride}},
+      {levelled, variants, {t.reach_area, 0.0}},
       {levelled, variants, {t.narrow_reach_area, 0.0}},
       {levelled, variants, {t.wide_reach_area, 0.0}},
       {levelled, t.heavy_share > 0 ? variants : -1, {t.narrow_reach_area, t.heavy_share}},
+      {levelled, variants, {t.reach_area, 0.0, true, t.wide_raise_area}},
       {fixed_cp, t.static_limit, {}},
       {targeted, t.megatron_limit, {}},
   };

@@ -3,6 +3,7 @@
 #include "../../../support.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -68,12 +69,40 @@ TEST_CASE("levelled: every sample once, legal groups, a multiple of rounds, any 
     const random_case c = make_random_case(seed);
     const batch b(c.options, c.lengths, tabulation_for(seed));
     for (const d::levelled_reach reach :
-         {d::levelled_reach{1.05, 0.0}, d::levelled_reach{1.0, 0.4}, d::levelled_reach{1.5, 0.0}}) {
+         {d::levelled_reach{1.05, 0.0}, d::levelled_reach{1.0, 0.4}, d::levelled_reach{1.5, 0.0},
+          d::levelled_reach{1.05, 0.0, true, 1.25}, d::levelled_reach{1.05, 0.0, true, 0, true}}) {
       const state a = levelled_on(b, reach, static_cast<std::int64_t>(seed % 3));
       check_state(a, b);
       CHECK(a.rounds() % c.options.microbatch_multiple == 0);
     }
   }
+}
+
+TEST_CASE("levelled: a free ride fills a wide group's slack and slows no round") {
+  // 16 ranks, budget 8192: the 60K and 40K samples need groups of 8 and fill the first round;
+  // the 40K group has slack. The 8K samples cost least area on one rank, so without rides they
+  // wait for a round of their own; with rides all three join the 40K group at cp 8 (1,000
+  // tokens per rank each, within twice their area) and stay below the 60K group
+  const dcpp::plan_options o = options_for(16, 8192);
+  const std::vector<std::int64_t> lengths{60000, 40000, 8000, 8000, 8000};
+  const batch b(o, lengths, tabulation::table);
+  const state walk = levelled_on(b, d::levelled_reach{1.05, 0.0, true, 0, false});
+  const state ride = levelled_on(b, d::levelled_reach{1.05, 0.0, true, 0, true});
+  check_state(walk, b);
+  check_state(ride, b);
+  const double slack = b.e.cost(60000, 8) - b.e.cost(40000, 8);
+  const double rider = b.e.cost(8000, 8);
+  REQUIRE(3 * rider < slack);
+  REQUIRE(8 * rider < 2 * b.e.cost(8000, 1));
+  CHECK(walk.rounds() == 2);
+  CHECK(walk.group_of(2) != walk.group_of(1));
+  CHECK(walk.max_load(0) == b.e.cost(60000, 8));
+  // the first round is no slower, and the second is gone
+  CHECK(ride.rounds() == 1);
+  CHECK(ride.max_load(0) == walk.max_load(0));
+  for (std::int32_t s = 2; s < 5; ++s)
+    CHECK(ride.group_of(s) == ride.group_of(1));
+  CHECK(ride.step_time() < walk.step_time());
 }
 
 TEST_CASE("levelled: the same rounds with the cost table, rows alone, or neither") {

@@ -116,17 +116,24 @@ struct levelled_reach {
   //! End a round once no sample left can join it (checked after long runs of misses) instead
   //! of scanning the rest: the same rounds, faster (false only to prove that in a test).
   bool end_rounds_early = true;
+  //! A sample above its round's level moves to a larger group when its area grows at most by
+  //! this factor; 0: `balanced_tuning::raise_area`.
+  double raise_area = 0;
+  //! A sample that fits no group within the reach may ride in a larger group whose load stays
+  //! at or below the round's maximum with it (the round is no slower; its slack, which no
+  //! sample of the group's size is left to fill, carries work that later rounds lose).
+  bool free_ride = false;
 };
 
 namespace levelled_detail {
 
 //! Moves slot x to a larger CP size when its cost exceeds `level` and a larger group brings it
-//! to the level (or as close as the ladder goes) for at most `tuning.raise_area` more rank area.
+//! to the level (or as close as the ladder goes) for at most `raise_area` times its rank area.
 //! Each step up may leave `(new cp - old cp) x budget` rank tokens unused: it is paid from
 //! `spare_tokens`, the rank tokens the allowed rounds hold beyond what the samples need.
 template <class Estimator>
 void raise_to_level(levelled_slot& x, double level, std::int64_t& spare_tokens,
-                    const cost_rows<Estimator>& costs, const balanced_tuning& tuning) {
+                    const cost_rows<Estimator>& costs, double raise_area) {
   if (x.cost <= level)
     return;
   const double area = x.cost * x.cp;
@@ -135,7 +142,7 @@ void raise_to_level(levelled_slot& x, double level, std::int64_t& spare_tokens,
       continue;
     const double w = costs.row_cost(x.row, c);
     const std::int64_t price = std::int64_t{c - x.cp} * costs.budget();
-    if (w * c > tuning.raise_area * area || w >= x.cost || price > spare_tokens)
+    if (w * c > raise_area * area || w >= x.cost || price > spare_tokens)
       break;
     spare_tokens -= price;
     x.cp = c;
@@ -163,6 +170,7 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
   const std::int32_t world = costs.world();
   const std::int64_t budget = costs.budget();
   const std::int32_t max_cp = o.effective_max_cp();
+  const double raise_area = reach.raise_area > 0 ? reach.raise_area : tuning.raise_area;
   // positions in `slots` of the samples not placed yet, in order
   std::vector<std::int32_t> remaining(slots.size());
   std::iota(remaining.begin(), remaining.end(), 0);
@@ -275,7 +283,7 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
       }
       levelled_slot& x = slots[static_cast<std::size_t>(remaining[i])];
       const double level = std::max(level_cost, round_max);
-      levelled_detail::raise_to_level(x, level, spare_tokens, costs, tuning);
+      levelled_detail::raise_to_level(x, level, spare_tokens, costs, raise_area);
       const std::int32_t c = x.cp;
       std::int32_t chosen = -1;
       std::int32_t chosen_cp = c;
@@ -306,6 +314,33 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
             best = load;
             chosen = found;
             chosen_cp = c2;
+          }
+        }
+      }
+      if (chosen < 0 && reach.free_ride && mb.free_ranks() == 0) {
+        // a larger group with slack up to the round's maximum and token room
+        for (const std::int32_t c2 : cp_ladder{std::int64_t{c} * 2, max_cp}) {
+          const std::size_t l = costs.size_index(c2);
+          const auto least = by_load[l].top();
+          if (!least)
+            continue;
+          const double w2 = cost_at(x, c2);
+          if (w2 * c2 > tuning.ride_area * x.cost * x.cp)
+            break; // larger sizes cost more area still
+          const std::int64_t t2 = tokens_at(x, c2);
+          if (least->first + w2 > round_max || by_tokens[l].top()->first + t2 > budget)
+            continue; // no group of this size has the slack, or none the token room
+          by_load[l].visit(tuning.candidates_per_size, [&](const auto& e) {
+            if (e.first + w2 > round_max)
+              return true; // the rest are loaded more
+            if (tokens_of(e.second) + t2 > budget)
+              return false;
+            chosen = e.second;
+            return true;
+          });
+          if (chosen >= 0) {
+            chosen_cp = c2;
+            break;
           }
         }
       }

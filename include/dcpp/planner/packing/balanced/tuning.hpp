@@ -36,6 +36,20 @@ struct balanced_tuning {
   //! A sample above its round's level moves to a larger group when its area grows at most by
   //! this factor: long samples, whose attention dominates, spread almost for free.
   double raise_area = 1.02;
+  //! Fourth variant: the default reach with raises up to this factor of area. Where a long
+  //! sample must span nodes, a larger group costs it more area (the slower ring), but leaving it
+  //! on its smallest group makes its round as slow as it: on the two-tier h100 model this lifts
+  //! long_tail/48/s3 from 0.89 to 0.96 and long_tail/s1 from 0.925 to 0.95.
+  double wide_raise_area = 1.25;
+  //! The first levelled run (the only one past `levelled_variants_limit`) lets samples that fit
+  //! no group within their reach ride in a larger group's slack (`levelled_reach::free_ride`);
+  //! below the limit the same run without rides competes too. On the two-tier h100 model rides
+  //! lift long_tail/1024 from 0.920 to 0.943 (past Megatron's 0.930), but lose on some smaller
+  //! batches (long_tail/s1 0.943 -> 0.932 alone): hence both where both are affordable.
+  bool free_ride = true;
+  //! A ride costs the rider at most this factor of its area: short samples riding in a wide
+  //! group pay its ring's latency many times over (bimodal/96/s2 loses 0.969 -> 0.961 at 4x).
+  double ride_area = 2.0;
   //! Third variant: a sample costing more than this share of its round's level joins no group
   //! (two heavy samples stacked make one group as slow as both); 0 drops the variant.
   double heavy_share = 0.4;
@@ -119,6 +133,8 @@ struct balanced_tuning {
              within("narrow_reach_area", narrow_reach_area, 0, big),
              within("wide_reach_area", wide_reach_area, 0, big),
              within("raise_area", raise_area, 0, big),
+             within("wide_raise_area", wide_raise_area, 0, big),
+             within("ride_area", ride_area, 0, big),
              within("heavy_share", heavy_share, 0, big),
              within("improve_within", improve_within, 1, big),
              within("area_noise", area_noise, 0.5, 1),
