@@ -367,3 +367,30 @@ TEST_CASE("balanced: an unusable tuning is refused, naming the member, its value
   refused([](auto& t) { t.area_noise = std::numeric_limits<double>::infinity(); },
           "balanced tuning: area_noise = inf is not a finite number in [0.5, 1]");
 }
+
+TEST_CASE("balanced: an extra round sheds a dominant sample's small companions") {
+  // three samples on 32 ranks, budget 4096: the 64K one needs 16 ranks, which span nodes, and
+  // is fastest on all 32; no construction leaves it alone, so the two short samples share its
+  // round (and its slow ring). The pass after the portfolio moves them to a round of their own,
+  // which costs 5 ms and saves more
+  const dcpp::plan_options o = options_for(32, 4096);
+  const std::vector<std::int64_t> lengths{1830, 65536, 412};
+  dcpp::balanced without;
+  without.tuning.spill_passes = 0;
+  const auto one = run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{}, without);
+  const auto two = run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{});
+  check_invariants(two, o);
+  CHECK(one.microbatches.size() == 1);
+  REQUIRE(two.microbatches.size() == 2);
+  CHECK(two.metrics.estimated_step_time < one.metrics.estimated_step_time - 0.05);
+  // the long sample alone on all 32 ranks in one of the rounds
+  bool alone = false;
+  for (const auto& mb : two.microbatches)
+    alone = alone || (mb.groups.size() == 1 && mb.groups[0].cp == 32 &&
+                      mb.groups[0].samples == std::vector<std::int32_t>{1});
+  CHECK(alone);
+  // --extra-microbatches 0 holds it to the token minimum
+  dcpp::balanced capped;
+  capped.extra_microbatches = 0;
+  CHECK(run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{}, capped).microbatches.size() == 1);
+}

@@ -239,6 +239,27 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   // no selected construction packed the batch within the bound: the megatron plan, improved
   if (!have_plan)
     take_megatron(megatron_plan);
+  // Rounds no construction takes: the local search once more on the best plan with one more
+  // micro-batch multiple of empty rounds, into which it may move samples where that pays the
+  // overhead (a dominant sample's round sheds its small companions). Kept when it is faster and
+  // leaves no round empty.
+  // Repeated while it pays, up to `tuning.spill_passes` times.
+  const auto multiple = static_cast<std::size_t>(o.microbatch_multiple);
+  for (std::int32_t pass = 0; pass < tuning.spill_passes && size <= tuning.spill_limit &&
+                              best.microbatches.size() + multiple <= allowed;
+       ++pass) {
+    state a = state::from_plan(costs, best);
+    for (std::size_t r = 0; r < multiple; ++r)
+      a.add_round();
+    detail::improve(a, tuning, candidates);
+    bool all_used = true;
+    for (std::int32_t m = 0; m < a.rounds(); ++m)
+      all_used = all_used && !a.empty_round(m);
+    if (!all_used || !(a.step_time() < best_step))
+      break;
+    best_step = a.step_time();
+    best = a.to_plan(name);
+  }
   return best;
 }
 

@@ -148,6 +148,19 @@ public:
     return rounds_[static_cast<std::size_t>(m)].free_block(costs_->options(), cp);
   }
 
+  //! Appends an empty round (no groups, every rank free).
+  void add_round() {
+    const auto m = static_cast<std::int32_t>(rounds_.size());
+    rounds_.emplace_back(costs_->world());
+    ids_.emplace_back();
+    max_.push_back(0.0);
+    room_.set(-costs_->world(), m);
+  }
+  //! Whether round m holds no group.
+  [[nodiscard]] bool empty_round(std::int32_t m) const {
+    return rounds_[static_cast<std::size_t>(m)].free_ranks() == costs_->world();
+  }
+
   //! Opens an empty group of `cp` ranks from `first` in round m; returns its id.
   std::int32_t open(std::int32_t m, std::int32_t first, std::int32_t cp) {
     auto& round = rounds_[static_cast<std::size_t>(m)];
