@@ -30,10 +30,41 @@ TEST_CASE("plan_json: write then read gives the same plan, for seeded workloads"
     CHECK(back.microbatches == p.microbatches); // times survive the shortest round-trip format
     CHECK(back.metrics.estimated_step_time == p.metrics.estimated_step_time);
     CHECK(back.policy == "balanced");
+    CHECK(back.network == p.network); // the two-tier network the default estimator priced
+    REQUIRE(back.network.has_value());
+    CHECK(back.network->inter_node.bytes_per_second == 40e9);
+    CHECK(back.metrics.microbatch_overhead == p.metrics.microbatch_overhead);
     CHECK(dcpp::plan_hash(back) == dcpp::plan_hash(p));
     CHECK(dcpp::validate(back, opts()).ok());
     CHECK(dcpp::write_plan_json(back, opts()) == text);
   }
+}
+
+TEST_CASE("plan_json: the micro-batch overhead option, a network without rates, none") {
+  auto o = opts();
+  o.microbatch_overhead = 0.0125;
+  const std::vector<std::int64_t> lengths{4000, 300, 9000, 12000, 70};
+  const auto by_megatron = dcpp::planner<dcpp::megatron_cost>(o).make_plan(lengths);
+  const std::string text = dcpp::write_plan_json(by_megatron, o);
+  CHECK(text.find("\"network\": null") != std::string::npos);
+  CHECK(text.find("\"microbatch_overhead\":0.0125") != std::string::npos);
+  const auto back = dcpp::read_plan_json(text);
+  CHECK_FALSE(back.network.has_value());
+  CHECK(back.metrics.microbatch_overhead == 0.0125);
+  // a calibration states the node size only: its tiers are written as null and read as zero
+  dcpp::plan with_nodes = by_megatron;
+  with_nodes.network = dcpp::network_spec{4, {}, {}};
+  const auto nodes = dcpp::read_plan_json(dcpp::write_plan_json(with_nodes, o));
+  REQUIRE(nodes.network.has_value());
+  CHECK(nodes.network->gpus_per_node == 4);
+  CHECK(nodes.network->intra_node.bytes_per_second == 0.0);
+  CHECK(nodes.network->inter_node == dcpp::link_tier{});
+  CHECK_THROWS_WITH_AS(
+      dcpp::read_plan_json(R"({"format": "dcpp-plan/1", "world_size": 4, "max_tokens_per_rank": 9,
+                               "lengths": [3], "network": {"gpus_per_node": "eight"},
+                               "microbatches": []})"),
+      doctest::Contains("network: field 'gpus_per_node' = \"eight\" has the wrong type"),
+      dcpp::error);
 }
 
 TEST_CASE("plan_json: the DESIGN.md example reads") {

@@ -160,6 +160,20 @@ TEST_CASE("planner: plan_distributed gathers, plans and proves agreement") {
                        doctest::Contains("different plan options"), dcpp::error);
 }
 
+TEST_CASE("planner: the options hash sees the micro-batch overhead") {
+  auto o = opts(8, 2048);
+  const std::uint64_t none = dcpp::options_hash(o);
+  o.microbatch_overhead = 0.0;
+  const std::uint64_t zero = dcpp::options_hash(o);
+  o.microbatch_overhead = 0.005;
+  const std::uint64_t five = dcpp::options_hash(o);
+  CHECK(none != zero); // "the estimator's" and "free" are different plans
+  CHECK(zero != five);
+  CHECK(none != five);
+  o.microbatch_overhead = 0.005;
+  CHECK(dcpp::options_hash(o) == five);
+}
+
 TEST_CASE("planner: plan_seconds times the call, and is the only field that varies") {
   const dcpp::planner<> p(opts(32, 4096));
   const auto lengths = dcpp::workload::bimodal(512, 77);
