@@ -263,21 +263,23 @@ TEST_CASE("calibrated_cost: the ring's part is never negative; hinges need rows 
   const c model(x);
   CHECK(model.cost(8192, 4) == x[0] * 2048 + x[1] * 8192.0 * 8192 / 4);
   CHECK(model.cost(8192, 1) == x[0] * 8192 + x[1] * 8192.0 * 8192);
-  // the hinge beyond a knot is fitted only from three rows past it: rows at 600 tokens per rank
-  // exercise the 512 hinge once or twice, and leave it out
+  // the hinge beyond a knot is fitted only from `rows_per_hinge` rows past it: one row fewer
+  // between 512 and 724 tokens per rank leaves the 512 hinge out, one more brings it in
   const c truth(two_tier_truth(0));
   std::vector<dcpp::calibration_row> rows;
   for (const std::int64_t l : {1000, 2000, 3000, 5000, 9000})
     for (const std::int32_t cp : {1, 2, 16})
       if (l / cp <= 512)
         rows.push_back({l, cp, truth.cost(l, cp)});
-  rows.push_back({1200, 2, truth.cost(1200, 2)});
-  rows.push_back({1300, 2, truth.cost(1300, 2)});
+  for (std::size_t i = 0; i + 1 < c::rows_per_hinge; ++i) {
+    const auto l = static_cast<std::int64_t>(1040 + 40 * i); // 520..760 tokens on 2 ranks
+    rows.push_back({l, 2, truth.cost(l, 2)});
+  }
   for (const std::int64_t l : {600, 1400, 3000, 8000})
     rows.push_back({l, 1, truth.cost(l, 1)});
   const auto fitted = c::fit(rows);
-  CHECK(fitted.coefficients()[c::intra_first + 3] == 0.0); // the 512-token hinge: two rows
-  rows.push_back({1250, 2, truth.cost(1250, 2)});
+  CHECK(fitted.coefficients()[c::intra_first + 3] == 0.0); // the 512-token hinge
+  rows.push_back({1030, 2, truth.cost(1030, 2)});
   CHECK(c::fit(rows).report().coefficients == fitted.report().coefficients + 1);
 }
 
