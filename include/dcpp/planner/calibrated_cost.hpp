@@ -40,7 +40,7 @@ struct calibration_report {
   std::size_t worst_row = 0;    //!< ...and its row (1-based, in input order)
 };
 
-//! cost(L, cp) = max(0, a*t*... ) with t = L/cp the tokens per rank:
+//! cost(L, cp) = max(0, compute + ring), with t = L/cp the tokens per rank:
 //!   compute: a*t + b*L^2/cp (linear layers, causal attention);
 //!   ring:    max(0, (cp-1) * g(t)), one g per network tier (a group inside a node, cp <=
 //!            gpus_per_node, or one spanning nodes): g(t) = c0 + c1*t + c2*t^2 +
