@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dcpp/planner/cost_rows.hpp"
+#include "dcpp/planner/evaluate.hpp"
 #include "dcpp/planner/packing.hpp"
 #include "dcpp/planner/packing/balanced/assignment.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
@@ -38,6 +39,8 @@ struct balanced_step {
   balanced_construction construction = balanced_construction::levelled;
   std::int64_t up_to = std::numeric_limits<std::int64_t>::max();
   detail::levelled_reach reach{};
+  //! For a fixed-CP step: the size of least total area instead of static_cp's smallest.
+  bool least_area_size = false;
 };
 
 //! The steps after the megatron construction, in the order they run (an earlier plan wins a
@@ -47,6 +50,7 @@ struct balanced_step {
   using enum balanced_construction;
   const std::int64_t variants = t.levelled_variants_limit;
   return {
+      {fixed_cp, std::numeric_limits<std::int64_t>::max(), {}, true},
       {levelled,
        std::numeric_limits<std::int64_t>::max(),
        {t.reach_area, 0.0, true, 0, t.free_ride}},
@@ -144,19 +148,20 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   plan best;
   double best_step = std::numeric_limits<double>::infinity();
   bool have_plan = false;
-  const auto keep_if_faster = [&](state& a) {
-    detail::improve(a, tuning, candidates);
+  const auto keep_if_faster = [&](state& a, bool search = true) {
+    if (search)
+      detail::improve(a, tuning, candidates);
     if (const double step = a.step_time(); step < best_step) {
       best_step = step;
       best = a.to_plan(name);
       have_plan = true;
     }
   };
-  const auto consider = [&](state& a) {
+  const auto consider = [&](state& a, bool search = true) {
     if (static_cast<std::size_t>(a.rounds()) > allowed ||
         a.step_time() > tuning.improve_within * best_step)
       return; // over the bound, or too far behind to be worth improving
-    keep_if_faster(a);
+    keep_if_faster(a, search);
   };
   // the megatron plan, improved, as the best so far and its round count as the bound
   const auto take_megatron = [&](const plan& m) {
@@ -179,16 +184,25 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   // the levelled runs share their start; the last one takes it over
   std::optional<detail::levelled_start> start;
   std::size_t levelled_runs = 0;
+  const auto first_levelled = static_cast<std::size_t>(
+      std::find_if(steps.begin(), steps.end(),
+                   [](const balanced_step& st) { return st.construction == levelled; }) -
+      steps.begin());
   const auto runs = [&](std::size_t i) {
     const balanced_step& st = steps[i];
-    if (st.construction == levelled && i == 0 && !with_megatron)
+    if (i == first_levelled && !with_megatron)
       return true; // the fallback past the megatron limit
     return selected(st.construction) && size <= st.up_to;
   };
   for (std::size_t i = 0; i < steps.size(); ++i)
     levelled_runs += runs(i) && steps[i].construction == levelled ? 1 : 0;
 
-  for (std::size_t i = 0; i < steps.size(); ++i) {
+  // a plan at the lower bound cannot be beaten: the remaining steps and the spill pass are skipped
+  const double floor = lower_bound(pr, estimator) *
+                       (1 + (size <= tuning.levelled_variants_limit ? tuning.bound_reached
+                                                                    : tuning.bound_reached_large));
+  const auto at_bound = [&] { return have_plan && best_step <= floor; };
+  for (std::size_t i = 0; i < steps.size() && !at_bound(); ++i) {
     if (!runs(i))
       continue;
     const balanced_step& st = steps[i];
@@ -200,7 +214,7 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
           --levelled_runs == 0 ? std::move(start->slots) : start->slots;
       state a = detail::levelled(costs, std::move(slots), *start,
                                  static_cast<std::int64_t>(allowed), st.reach, tuning);
-      if (i == 0 && !with_megatron && static_cast<std::size_t>(a.rounds()) > allowed) {
+      if (i == first_levelled && !with_megatron && static_cast<std::size_t>(a.rounds()) > allowed) {
         // the first levelled run past the megatron limit needs more rounds than allowed:
         // Megatron's count is the bound after all (the levelled rounds then compete as a plan:
         // groups and samples in plan order)
@@ -213,10 +227,22 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
       break;
     }
     case fixed_cp: {
-      const static_cp_with<Bucketing> fixed{};
-      if (fixed.check(pr).ok()) {
-        state a = state::from_plan(costs, fixed.pack_in_order(pr, estimator, buckets()));
-        consider(a);
+      if (!st.least_area_size) {
+        const static_cp_with<Bucketing> fixed{};
+        if (fixed.check(pr).ok()) {
+          state a = state::from_plan(costs, fixed.pack_in_order(pr, estimator, buckets()));
+          consider(a);
+        }
+        break;
+      }
+      // at the sizes of least total area (the step before made static_cp's own size's plan)
+      const std::int32_t own = static_cp_with<Bucketing>{}.resolve(pr);
+      for (const std::int32_t c : detail::least_total_area_sizes(costs, k_min, tuning)) {
+        const static_cp_with<Bucketing> fixed{c};
+        if (c != own && fixed.check(pr).ok()) {
+          state a = state::from_plan(costs, fixed.pack_in_order(pr, estimator, buckets()));
+          consider(a, false);
+        }
       }
       break;
     }
@@ -246,7 +272,7 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   // Repeated while it pays, up to `tuning.spill_passes` times.
   const auto multiple = static_cast<std::size_t>(o.microbatch_multiple);
   for (std::int32_t pass = 0; pass < tuning.spill_passes && size <= tuning.spill_limit &&
-                              best.microbatches.size() + multiple <= allowed;
+                              !at_bound() && best.microbatches.size() + multiple <= allowed;
        ++pass) {
     state a = state::from_plan(costs, best);
     for (std::size_t r = 0; r < multiple; ++r)

@@ -91,44 +91,68 @@ struct static_cp_with {
       std::vector<std::int32_t> samples;
     };
     std::vector<slot> slots;
+    // The choice: among the `tries` least-loaded slots (by load, then id), the first with room;
+    // else the roomiest slot (by tokens, then id) if it has room; else more rounds. Up to `tries`
+    // slots the least-loaded slot with room is found by a scan (the same choice: every slot is
+    // among the first `tries`, and the roomiest has room only if some slot has); past that, two
+    // ordered sets keep the slots by load and by tokens.
+    constexpr std::size_t tries = 64;
     std::set<std::pair<double, std::int32_t>> by_load;         // (load, slot)
     std::set<std::pair<std::int64_t, std::int32_t>> by_tokens; // (tokens, slot): most room first
+    bool indexed = false;
     auto add_microbatches = [&](std::int32_t count) {
-      for (std::int32_t i = 0; i < count * groups_per_mb; ++i) {
-        const auto id = static_cast<std::int32_t>(slots.size());
-        by_load.emplace(0.0, id);
-        by_tokens.emplace(0, id);
-        slots.emplace_back();
+      slots.resize(slots.size() + static_cast<std::size_t>(count) * groups_per_mb);
+      if (!indexed && slots.size() > tries) {
+        indexed = true;
+        for (std::size_t i = 0; i < slots.size(); ++i) {
+          by_load.emplace(slots[i].load, static_cast<std::int32_t>(i));
+          by_tokens.emplace(slots[i].tokens, static_cast<std::int32_t>(i));
+        }
+      } else if (indexed) {
+        for (std::size_t i = slots.size() - static_cast<std::size_t>(count) * groups_per_mb;
+             i < slots.size(); ++i) {
+          by_load.emplace(0.0, static_cast<std::int32_t>(i));
+          by_tokens.emplace(0, static_cast<std::int32_t>(i));
+        }
       }
+    };
+    const auto choose = [&](std::int64_t tokens) {
+      const std::int64_t room = o.max_tokens_per_rank - tokens;
+      if (!indexed) {
+        std::int32_t chosen = -1;
+        for (std::size_t i = 0; i < slots.size(); ++i)
+          if (slots[i].tokens <= room &&
+              (chosen < 0 || slots[i].load < slots[static_cast<std::size_t>(chosen)].load))
+            chosen = static_cast<std::int32_t>(i);
+        return chosen;
+      }
+      std::size_t tried = 0;
+      for (auto it = by_load.begin(); it != by_load.end() && tried < tries; ++it, ++tried)
+        if (slots[static_cast<std::size_t>(it->second)].tokens <= room)
+          return it->second;
+      return by_tokens.begin()->first <= room ? by_tokens.begin()->second : -1;
     };
     add_microbatches(k);
     for (const std::int32_t sample : order) {
       const auto s = static_cast<std::size_t>(sample);
       const std::int64_t tokens = pr.rank_tokens(s, c);
-      // the least-loaded slot with room among the first few by load, else the roomiest slot,
-      // else more rounds
-      std::int32_t chosen = -1;
+      std::int32_t chosen = choose(tokens);
       while (chosen < 0) {
-        std::int32_t tries = 0;
-        for (auto it = by_load.begin(); it != by_load.end() && tries < 64; ++it, ++tries)
-          if (slots[static_cast<std::size_t>(it->second)].tokens + tokens <=
-              o.max_tokens_per_rank) {
-            chosen = it->second;
-            break;
-          }
-        if (chosen < 0 && by_tokens.begin()->first + tokens <= o.max_tokens_per_rank)
-          chosen = by_tokens.begin()->second;
-        if (chosen < 0)
-          add_microbatches(o.microbatch_multiple); // fits nowhere: more rounds
+        add_microbatches(o.microbatch_multiple); // fits nowhere: more rounds
+        chosen = choose(tokens);
       }
       auto& sl = slots[static_cast<std::size_t>(chosen)];
-      by_load.erase({sl.load, chosen});
-      by_tokens.erase({sl.tokens, chosen});
+      if (indexed) {
+        by_load.erase({sl.load, chosen});
+        by_tokens.erase({sl.tokens, chosen});
+      }
       sl.samples.push_back(sample);
       sl.tokens += tokens;
       sl.load += cost[s];
-      by_load.emplace(sl.load, chosen);
-      by_tokens.emplace(sl.tokens, chosen);
+      if (indexed) {
+        by_load.emplace(sl.load, chosen);
+        by_tokens.emplace(sl.tokens, chosen);
+      }
     }
     plan p = detail::make_plan_shell(pr, name);
     p.microbatches.resize(slots.size() / static_cast<std::size_t>(groups_per_mb));

@@ -77,6 +77,62 @@ template <class Estimator>
   return out;
 }
 
+//! One CP size for every sample, for the fixed-size construction that balances best: among the
+//! legal sizes that divide the world and hold the longest sample, those within rounding noise
+//! (`tuning.area_noise`) of the least total rank area `sum cost x cp` (under length^2/cp every
+//! size ties): the largest whose padded tokens still fit in `rounds` rounds, and the largest of
+//! all (wider groups balance better, but pad every sample to a multiple of 2 x cp x
+//! padding_unit, which may cost rounds), or the smallest when none fits; one size when these
+//! agree, none when no size qualifies. Ascending.
+template <class Estimator>
+[[nodiscard]] std::vector<std::int32_t> least_total_area_sizes(const cost_rows<Estimator>& costs,
+                                                               std::int32_t rounds,
+                                                               const balanced_tuning& tuning) {
+  const problem& pr = costs.batch();
+  const std::int32_t world = costs.world();
+  std::int32_t smallest = 1;
+  for (const std::int32_t m : pr.min_cp_of)
+    smallest = std::max(smallest, m);
+  std::vector<double> count(costs.rows(), 0.0);
+  for (std::int32_t s = 0; s < costs.samples(); ++s)
+    count[static_cast<std::size_t>(costs.row_of(s))] += 1;
+  struct candidate {
+    std::int32_t cp;
+    double area;
+    std::int64_t rank_tokens; // per group, all samples
+  };
+  std::vector<candidate> sizes;
+  double least = std::numeric_limits<double>::infinity();
+  for (const std::int32_t c : pr.cp_sizes) {
+    if (c < smallest || world % c != 0)
+      continue;
+    candidate k{c, 0.0, 0};
+    for (std::size_t r = 0; r < count.size(); ++r) {
+      const auto row = static_cast<std::int32_t>(r);
+      k.area += count[r] * costs.row_cost(row, c) * c;
+      k.rank_tokens += static_cast<std::int64_t>(count[r]) * costs.tokens(costs.first_sample(r), c);
+    }
+    sizes.push_back(k);
+    least = std::min(least, k.area);
+  }
+  std::int32_t fits = 0;
+  std::int32_t widest = 0;
+  for (const candidate& k : sizes) {
+    if (k.area * tuning.area_noise > least)
+      continue;
+    const std::int64_t capacity = std::int64_t{world / k.cp} * costs.budget() * rounds;
+    if (fits == 0 || k.rank_tokens <= capacity)
+      fits = k.cp;
+    widest = k.cp;
+  }
+  std::vector<std::int32_t> out;
+  if (fits > 0)
+    out.push_back(fits);
+  if (widest != fits)
+    out.push_back(widest);
+  return out;
+}
+
 //! The fewest rounds that hold the samples at `sizes`: their rank tokens over the world's
 //! budget, and the tokens of samples on more than half the world (two such groups never share
 //! a round), rounded up to the micro-batch multiple.

@@ -89,6 +89,14 @@ struct balanced_tuning {
   //! A construction this factor slower than the best plan so far is not improved: the local
   //! search does not close such a gap, and it is the costly part.
   double improve_within = 1.25;
+  //! A plan within this fraction of the lower bound ends the portfolio: no other step or pass
+  //! can gain more than rounding noise...
+  double bound_reached = 1e-9;
+  //! ...and past `levelled_variants_limit`, within this one: a gain of at most half a percent is
+  //! not worth the levelled run on a large batch (65,536 samples on 1,024 ranks under
+  //! length^2/cp: the fixed-size plan is within 0.4% of the bound, and the levelled run after it
+  //! would double the planning time to 66 ms, past the 50 ms target).
+  double bound_reached_large = 5e-3;
   //! A larger CP size counts as less area only below this factor of the smaller one's: rounding
   //! noise in cost x cp must not pick a larger group.
   double area_noise = 1.0 - 1e-9;
@@ -148,6 +156,8 @@ struct balanced_tuning {
              within("improve_within", improve_within, 1, big),
              within("area_noise", area_noise, 0.5, 1),
              within("gain_epsilon", gain_epsilon, 0, 1),
+             within("bound_reached", bound_reached, 0, 1),
+             within("bound_reached_large", bound_reached_large, 0, 1),
          })
       if (!s)
         return s;
