@@ -366,6 +366,8 @@ TEST_CASE("balanced: an unusable tuning is refused, naming the member, its value
           "balanced tuning: improve_within = 0.5 is not a finite number in [1, 1e+300]");
   refused([](auto& t) { t.area_noise = std::numeric_limits<double>::infinity(); },
           "balanced tuning: area_noise = inf is not a finite number in [0.5, 1]");
+  refused([](auto& t) { t.bound_reached_large = -0.5; },
+          "balanced tuning: bound_reached_large = -0.5 is not a finite number in [0, 1]");
 }
 
 TEST_CASE("balanced: an extra round sheds a dominant sample's small companions") {
@@ -393,4 +395,157 @@ TEST_CASE("balanced: an extra round sheds a dominant sample's small companions")
   dcpp::balanced capped;
   capped.extra_microbatches = 0;
   CHECK(run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{}, capped).microbatches.size() == 1);
+}
+
+namespace {
+// static_cp's placement rule written plainly (the policy scans up to 64 slots and keeps ordered
+// sets past that): among the 64 least-loaded slots (load, then id) the first with token room,
+// else the roomiest slot (tokens, then id) if it has room, else one more micro-batch multiple
+std::vector<std::vector<std::int32_t>> static_reference(const dcpp::problem& pr, std::int32_t c) {
+  const auto groups = static_cast<std::size_t>(pr.options.world_size / c);
+  // the policy's order: the bucketing's, made stable by descending cost
+  std::vector<std::int32_t> order =
+      dcpp::detail::flatten(dcpp::make_buckets(dcpp::by_cp_size{}, pr, dcpp::megatron_cost{}));
+  std::vector<double> cost(pr.size());
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < pr.size(); ++i) {
+    cost[i] = dcpp::megatron_cost{}.cost(pr.lengths[i], c);
+    total += pr.rank_tokens(i, c);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return cost[static_cast<std::size_t>(a)] > cost[static_cast<std::size_t>(b)];
+  });
+  const std::int64_t budget = pr.options.max_tokens_per_rank;
+  std::size_t k = static_cast<std::size_t>(std::max<std::int64_t>(
+      1, (total + std::int64_t(groups) * budget - 1) / (std::int64_t(groups) * budget)));
+  std::vector<double> load(k * groups, 0.0);
+  std::vector<std::int64_t> tokens(k * groups, 0);
+  std::vector<std::vector<std::int32_t>> slots(k * groups);
+  for (const std::int32_t s : order) {
+    const std::int64_t t = pr.rank_tokens(static_cast<std::size_t>(s), c);
+    std::size_t chosen = slots.size();
+    while (chosen == slots.size()) {
+      std::vector<std::size_t> ids(slots.size());
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        ids[i] = i;
+      std::stable_sort(ids.begin(), ids.end(),
+                       [&](std::size_t a, std::size_t b) { return load[a] < load[b]; });
+      for (std::size_t j = 0; j < std::min<std::size_t>(64, ids.size()); ++j)
+        if (tokens[ids[j]] + t <= budget) {
+          chosen = ids[j];
+          break;
+        }
+      if (chosen == slots.size()) {
+        const auto roomiest = static_cast<std::size_t>(
+            std::min_element(tokens.begin(), tokens.end()) - tokens.begin());
+        if (tokens[roomiest] + t <= budget)
+          chosen = roomiest;
+      }
+      if (chosen == slots.size()) {
+        load.resize(load.size() + groups, 0.0);
+        tokens.resize(tokens.size() + groups, 0);
+        slots.resize(slots.size() + groups);
+      }
+    }
+    slots[chosen].push_back(s);
+    load[chosen] += cost[static_cast<std::size_t>(s)];
+    tokens[chosen] += t;
+  }
+  return slots;
+}
+} // namespace
+
+TEST_CASE("static_cp: the slot choice is the plain rule, below and past 64 slots") {
+  // few slots (a scan) and many (ordered sets), and batches that grow rounds past the token
+  // minimum, crossing from one to the other
+  dcpp::workload::rng r(0x57a7);
+  for (int trial = 0; trial < 60; ++trial) {
+    CAPTURE(trial);
+    const std::int32_t world = std::int32_t{1} << r.uniform_int(0, 6);
+    const std::int64_t budget = 512 * r.uniform_int(1, 8);
+    const auto lengths = w::sft_lognormal(static_cast<std::size_t>(r.uniform_int(1, 700)), r.next(),
+                                          300, 1.1, 1, budget);
+    const dcpp::plan_options o = options_for(world, budget);
+    const dcpp::problem pr = dcpp::make_problem(o, lengths);
+    const dcpp::static_cp policy{};
+    const std::int32_t c = policy.resolve(pr);
+    const dcpp::plan p = policy.pack(pr, dcpp::megatron_cost{});
+    const auto expected = static_reference(pr, c);
+    const auto groups = static_cast<std::size_t>(world / c);
+    REQUIRE(p.microbatches.size() * groups == expected.size());
+    for (std::size_t m = 0; m < p.microbatches.size(); ++m) {
+      std::size_t g = 0;
+      for (std::size_t slot = m * groups; slot < (m + 1) * groups; ++slot) {
+        if (expected[slot].empty())
+          continue;
+        REQUIRE(g < p.microbatches[m].groups.size());
+        CHECK(p.microbatches[m].groups[g].first_rank ==
+              static_cast<std::int32_t>((slot - m * groups) * static_cast<std::size_t>(c)));
+        CHECK(p.microbatches[m].groups[g].samples == expected[slot]);
+        ++g;
+      }
+      CHECK(g == p.microbatches[m].groups.size());
+    }
+  }
+}
+
+TEST_CASE("balanced: under length^2/cp one world-wide size per round balances to the bound") {
+  // every size costs a sample the same area under length^2/cp, so one group of the whole world
+  // per round balances any mix; the rounds the portfolio built from least-area sizes did not
+  // (0.95 of the bound on 4,096 SFT samples over 64 ranks: the longest samples share rounds)
+  const dcpp::plan_options o = options_for(32, 4096);
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    CAPTURE(seed);
+    const auto lengths = w::sft_lognormal(1500, seed, 900, 1.0, 16, 4096);
+    dcpp::balanced without;
+    without.constructions = 15 & ~dcpp::balanced::construct_static;
+    const auto before = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, without);
+    const auto p = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{});
+    check_invariants(p, o);
+    CHECK(p.metrics.efficiency > 0.999);
+    CHECK(p.metrics.efficiency > before.metrics.efficiency + 0.01);
+    // one size throughout, and a wide one (the widest whose padding fits the token minimum)
+    const std::int32_t size = p.microbatches.front().groups.front().cp;
+    CHECK(size >= 16);
+    for (const auto& mb : p.microbatches)
+      for (const auto& g : mb.groups)
+        CHECK(g.cp == size);
+  }
+}
+
+TEST_CASE("balanced: the sizes of least total area: the widest that fits the rounds, and the "
+          "widest") {
+  // 16 ranks, padding unit 64: at cp 16 every sample pads to a multiple of 2,048 tokens
+  dcpp::plan_options o = options_for(16, 2048);
+  o.padding_unit = 64;
+  const std::vector<std::int64_t> lengths(48, 700); // 700 tokens: 768 at cp 2, 2,048 at cp 16
+  const dcpp::problem pr = dcpp::make_problem(o, lengths);
+  const dcpp::detail::cost_rows<dcpp::megatron_cost> rows(pr, dcpp::megatron_cost{});
+  const dcpp::balanced_tuning t{};
+  // rank-tokens of the 48 samples per group: 36,864 at cp 1, 18,432 at cp 2, 12,288 at cp 4,
+  // 6,144 at cp 8 and cp 16 (128 per rank); a round holds 16 x 2,048 / cp per group. In two
+  // rounds cp 8 is the widest that fits (2 x 2 x 2,048 = 8,192 per group), cp 16 does not
+  CHECK(dcpp::detail::least_total_area_sizes(rows, 2, t) == std::vector<std::int32_t>{8, 16});
+  CHECK(dcpp::detail::least_total_area_sizes(rows, 3, t) == std::vector<std::int32_t>{16});
+  // in one round none fits: the smallest, and the widest
+  CHECK(dcpp::detail::least_total_area_sizes(rows, 1, t) == std::vector<std::int32_t>{1, 16});
+  // where a size costs less area (one tier, per-step latency), only that size
+  const dcpp::transformer_cost estimator = one_tier_h100(); // cost_rows keeps a reference
+  const dcpp::detail::cost_rows<dcpp::transformer_cost> h100(pr, estimator);
+  CHECK(dcpp::detail::least_total_area_sizes(h100, 2, t) == std::vector<std::int32_t>{1});
+}
+
+TEST_CASE("balanced: a plan at the lower bound ends the portfolio without changing the result") {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    CAPTURE(seed);
+    const dcpp::plan_options o = options_for(32, 4096);
+    const auto lengths = w::rl_rollouts(300, seed);
+    dcpp::balanced every_step;
+    every_step.tuning.bound_reached = 0;
+    every_step.tuning.bound_reached_large = 0;
+    const auto all = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, every_step);
+    const auto early = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{});
+    CHECK(early.metrics.estimated_step_time <= all.metrics.estimated_step_time * (1 + 1e-9));
+    CHECK(early.metrics.efficiency > 0.999);
+  }
 }
