@@ -19,6 +19,7 @@
 #include "dcpp/planner/packing/balanced/levelled.hpp"
 #include "dcpp/planner/packing/balanced/local_search.hpp"
 #include "dcpp/planner/packing/balanced/targeted.hpp"
+#include "dcpp/planner/packing/balanced/tiled.hpp"
 #include "dcpp/planner/packing/balanced/tuning.hpp"
 #include "dcpp/planner/packing/megatron_greedy.hpp"
 #include "dcpp/planner/packing/static_cp.hpp"
@@ -148,8 +149,12 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   plan best;
   double best_step = std::numeric_limits<double>::infinity();
   bool have_plan = false;
+  // the lower bound, within the tuning's tolerance: a plan there is not searched further
+  const double floor = lower_bound(pr, estimator) *
+                       (1 + (size <= tuning.levelled_variants_limit ? tuning.bound_reached
+                                                                    : tuning.bound_reached_large));
   const auto keep_if_faster = [&](state& a, bool search = true) {
-    if (search)
+    if (search && !(a.step_time() <= floor))
       detail::improve(a, tuning, candidates);
     if (const double step = a.step_time(); step < best_step) {
       best_step = step;
@@ -197,10 +202,8 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   for (std::size_t i = 0; i < steps.size(); ++i)
     levelled_runs += runs(i) && steps[i].construction == levelled ? 1 : 0;
 
-  // a plan at the lower bound cannot be beaten: the remaining steps and the spill pass are skipped
-  const double floor = lower_bound(pr, estimator) *
-                       (1 + (size <= tuning.levelled_variants_limit ? tuning.bound_reached
-                                                                    : tuning.bound_reached_large));
+  // a plan at the lower bound (`floor`) cannot be beaten: the remaining steps and the spill
+  // pass are skipped
   const auto at_bound = [&] { return have_plan && best_step <= floor; };
   for (std::size_t i = 0; i < steps.size() && !at_bound(); ++i) {
     if (!runs(i))
@@ -235,13 +238,21 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
         }
         break;
       }
-      // at the sizes of least total area (the step before made static_cp's own size's plan)
+      // at the sizes of least total area (the step before made static_cp's own size's plan);
+      // where the size does not divide the world, the tiled construction fills the rest
       const std::int32_t own = static_cp_with<Bucketing>{}.resolve(pr);
       for (const std::int32_t c : detail::least_total_area_sizes(costs, k_min, tuning)) {
+        if (o.world_size % c != 0) {
+          if (auto p = detail::tiled(costs, c, name, tuning.tiled_limit)) {
+            state a = state::from_plan(costs, *p);
+            consider(a, size <= tuning.levelled_variants_limit);
+          }
+          continue;
+        }
         const static_cp_with<Bucketing> fixed{c};
         if (c != own && fixed.check(pr).ok()) {
           state a = state::from_plan(costs, fixed.pack_in_order(pr, estimator, buckets()));
-          consider(a, false);
+          consider(a, size <= tuning.levelled_variants_limit);
         }
       }
       break;

@@ -77,13 +77,14 @@ template <class Estimator>
   return out;
 }
 
-//! One CP size for every sample, for the fixed-size construction that balances best: among the
-//! legal sizes that divide the world and hold the longest sample, those within rounding noise
-//! (`tuning.area_noise`) of the least total rank area `sum cost x cp` (under length^2/cp every
-//! size ties): the largest whose padded tokens still fit in `rounds` rounds, and the largest of
-//! all (wider groups balance better, but pad every sample to a multiple of 2 x cp x
-//! padding_unit, which may cost rounds), or the smallest when none fits; one size when these
-//! agree, none when no size qualifies. Ascending.
+//! One CP size for every sample, for the fixed-size constructions that balance best: among the
+//! legal sizes that hold the longest sample, those within rounding noise (`tuning.area_noise`)
+//! of the least total rank area `sum cost x cp` (under length^2/cp every size ties): the
+//! largest whose padded tokens still fit in `rounds` rounds of the world, and the largest of all
+//! (wider groups balance better, but pad every sample to a multiple of 2 x cp x padding_unit,
+//! which may cost rounds), or the smallest when none fits; one size when these agree, none when
+//! no size qualifies. Ascending. A size need not divide the world: the tiled construction fills
+//! the rest with smaller groups.
 template <class Estimator>
 [[nodiscard]] std::vector<std::int32_t> least_total_area_sizes(const cost_rows<Estimator>& costs,
                                                                std::int32_t rounds,
@@ -99,12 +100,12 @@ template <class Estimator>
   struct candidate {
     std::int32_t cp;
     double area;
-    std::int64_t rank_tokens; // per group, all samples
+    std::int64_t rank_tokens; // every sample's tokens per rank at cp
   };
   std::vector<candidate> sizes;
   double least = std::numeric_limits<double>::infinity();
   for (const std::int32_t c : pr.cp_sizes) {
-    if (c < smallest || world % c != 0)
+    if (c < smallest)
       continue;
     candidate k{c, 0.0, 0};
     for (std::size_t r = 0; r < count.size(); ++r) {
@@ -120,8 +121,9 @@ template <class Estimator>
   for (const candidate& k : sizes) {
     if (k.area * tuning.area_noise > least)
       continue;
-    const std::int64_t capacity = std::int64_t{world / k.cp} * costs.budget() * rounds;
-    if (fits == 0 || k.rank_tokens <= capacity)
+    // the world's rank-tokens per round, in groups of cp: rank_tokens x cp against N x M
+    const std::int64_t capacity = std::int64_t{world} * costs.budget() * rounds;
+    if (fits == 0 || k.rank_tokens * k.cp <= capacity)
       fits = k.cp;
     widest = k.cp;
   }

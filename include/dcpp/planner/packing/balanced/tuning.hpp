@@ -23,6 +23,9 @@ struct balanced_tuning {
   //! The static construction up to here (a factor of the megatron limit: it is one sort and a
   //! heap walk, cheaper than the megatron one).
   std::int64_t static_limit = std::int64_t{4} << 15;
+  //! The tiled construction (a size that does not divide the world, the rest in smaller groups)
+  //! up to this many candidates (samples x rounds x groups per round): it examines each.
+  std::int64_t tiled_limit = std::int64_t{1} << 24;
   //! The levelled variants (0% and 10% reach, heavy samples apart) up to here: each costs a
   //! levelled run and a local search, 1.5-4.5x planning time where they run.
   std::int64_t levelled_variants_limit = std::int64_t{1} << 17;
@@ -143,6 +146,7 @@ struct balanced_tuning {
              at_least("extra_rounds_divisor", extra_rounds_divisor, 1),
              at_least("spill_passes", spill_passes, 0),
              at_least("improvement_sweeps", improvement_sweeps, 0),
+             at_least("tiled_limit", tiled_limit, 0),
              at_least("moves_per_rank", moves_per_rank, 0),
              at_least("wide_candidates", wide_candidates, 1),
              at_least("narrow_candidates", narrow_candidates, 1),
