@@ -40,13 +40,16 @@ struct balanced_step {
   balanced_construction construction = balanced_construction::levelled;
   std::int64_t up_to = std::numeric_limits<std::int64_t>::max();
   detail::levelled_reach reach{};
-  //! For a fixed-CP step: the size of least total area instead of static_cp's smallest.
+  //! For a fixed-CP step: the sizes of least total area (`detail::least_total_area_sizes`)
+  //! instead of static_cp's smallest.
   bool least_area_size = false;
 };
 
 //! The steps after the megatron construction, in the order they run (an earlier plan wins a
-//! tie): levelled at the default reach with free rides (the one levelled run on large batches);
-//! the same without; its four variants; static; targeted.
+//! tie; a plan at the lower bound ends them): one size for every sample at the sizes of least
+//! total area (static_cp's plan, or the tiled one where the size does not divide the world);
+//! levelled at the default reach with free rides (the one levelled run on large batches); the
+//! same without; its four variants; static; targeted.
 [[nodiscard]] inline std::vector<balanced_step> balanced_steps(const balanced_tuning& t) {
   using enum balanced_construction;
   const std::int64_t variants = t.levelled_variants_limit;
