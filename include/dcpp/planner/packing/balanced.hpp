@@ -246,7 +246,8 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
       const std::int32_t own = static_cp_with<Bucketing>{}.resolve(pr);
       for (const std::int32_t c : detail::least_total_area_sizes(costs, k_min, tuning)) {
         if (o.world_size % c != 0) {
-          if (auto p = detail::tiled(costs, c, name, tuning.tiled_limit)) {
+          if (auto p = detail::tiled(costs, c, name, tuning.tiled_limit,
+                                     static_cast<std::int64_t>(allowed))) {
             state a = state::from_plan(costs, *p);
             consider(a, size <= tuning.levelled_variants_limit);
           }

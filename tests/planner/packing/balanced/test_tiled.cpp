@@ -3,6 +3,7 @@
 #include "../../../support.hpp"
 
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -47,7 +48,8 @@ TEST_CASE("tiled: valid plans, every sample once, each round the world's tiling"
       smallest = std::max(smallest, m);
     for (const std::int32_t widest : b.pr.cp_sizes) {
       CAPTURE(widest);
-      const auto p = d::tiled(b.costs, widest, "tiled", std::int64_t{1} << 24);
+      const auto p = d::tiled(b.costs, widest, "tiled", std::int64_t{1} << 24,
+                              std::numeric_limits<std::int64_t>::max());
       if (widest < smallest) {
         CHECK(!p); // some sample cannot use the widest group
         continue;
@@ -71,6 +73,21 @@ TEST_CASE("tiled: valid plans, every sample once, each round the world's tiling"
   // nearly every size the longest sample fits makes a plan (164 of 176 here)
   CHECK(tried > 150);
   CHECK(made * 10 > tried * 9);
+}
+
+TEST_CASE("tiled: refused past its round and work limits") {
+  const dcpp::plan_options o = options_for(24, 8192);
+  const auto lengths = dcpp::workload::long_tail(300, 4, 0.025, 98304);
+  const batch b(o, lengths, tabulation::table);
+  constexpr auto unlimited = std::numeric_limits<std::int64_t>::max();
+  const auto p = d::tiled(b.costs, 16, "tiled", unlimited, unlimited);
+  REQUIRE(p);
+  const auto rounds = static_cast<std::int64_t>(p->microbatches.size());
+  CHECK(d::tiled(b.costs, 16, "tiled", unlimited, rounds));
+  CHECK(!d::tiled(b.costs, 16, "tiled", unlimited, rounds - 1));
+  // the work examined: samples x rounds x groups per round (two: 16 + 8)
+  CHECK(d::tiled(b.costs, 16, "tiled", 300 * rounds * 2, unlimited));
+  CHECK(!d::tiled(b.costs, 16, "tiled", 300 * rounds * 2 - 1, unlimited));
 }
 
 TEST_CASE("tiled: a size that does not divide the world balances under length^2/cp") {

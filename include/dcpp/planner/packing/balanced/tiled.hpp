@@ -44,10 +44,12 @@ world_tiling(const problem& pr, std::int32_t widest) {
 //! time is the sum of the rounds' maxima), then where it fills the slot most (best fit), then
 //! the earliest; the rounds start at the token minimum at `widest` and grow by micro-batch
 //! multiples when a sample fits nowhere. Empty when `widest` is below some sample's smallest
-//! size or the tiling would examine more than `max_work` (samples x tiles) candidates.
+//! size, when the placement would examine more than `max_work` (samples x rounds x tiles)
+//! candidates, or when it needs more than `max_rounds` rounds.
 template <class Estimator>
 [[nodiscard]] std::optional<plan> tiled(const cost_rows<Estimator>& costs, std::int32_t widest,
-                                        std::string_view name, std::int64_t max_work) {
+                                        std::string_view name, std::int64_t max_work,
+                                        std::int64_t max_rounds) {
   const problem& pr = costs.batch();
   const plan_options& o = pr.options;
   const auto tiles = world_tiling(pr, widest);
@@ -67,7 +69,8 @@ template <class Estimator>
   auto rounds =
       static_cast<std::int32_t>(std::max<std::int64_t>(1, ceil_div(rank_tokens, capacity)));
   rounds = round_up(rounds, o.microbatch_multiple);
-  if (static_cast<std::int64_t>(n) * rounds * static_cast<std::int64_t>(tiles.size()) > max_work)
+  if (rounds > max_rounds ||
+      static_cast<std::int64_t>(n) * rounds * static_cast<std::int64_t>(tiles.size()) > max_work)
     return std::nullopt;
   std::vector<std::int32_t> order(n);
   for (std::size_t s = 0; s < n; ++s)
@@ -114,7 +117,12 @@ template <class Estimator>
           }
         }
       }
-      if (chosen == none) { // fits nowhere: more rounds
+      if (chosen == none) { // fits nowhere: more rounds, within the limits
+        const auto more = static_cast<std::int64_t>(round_max.size()) + o.microbatch_multiple;
+        if (more > max_rounds ||
+            static_cast<std::int64_t>(n) * more * static_cast<std::int64_t>(tiles.size()) >
+                max_work)
+          return std::nullopt;
         slots.resize(slots.size() + static_cast<std::size_t>(o.microbatch_multiple) * tiles.size());
         round_max.resize(slots.size() / tiles.size(), 0.0);
       }
