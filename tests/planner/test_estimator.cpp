@@ -354,9 +354,19 @@ TEST_CASE("estimator: the micro-batch overhead is the option's, the estimator's,
   const double expected = dcpp::default_microbatch_overhead_share * std::max(area / 8, longest) /
                           dcpp::min_microbatches(pr);
   CHECK(dcpp::microbatch_overhead(pr, m) == doctest::Approx(expected).epsilon(1e-12));
+  const dcpp::least_work fresh = dcpp::least_work_of(pr, m); // a problem never tabulated
+  CHECK(std::isnan(pr.least_area_per_rank));
+  CHECK(fresh.area_per_rank == doctest::Approx(area / 8).epsilon(1e-12));
+  CHECK(fresh.longest == longest);
   dcpp::tabulate_costs(pr, m); // works it out once, the same value
   CHECK(pr.default_overhead == doctest::Approx(expected).epsilon(1e-12));
   CHECK(dcpp::microbatch_overhead(pr, m) == pr.default_overhead);
+  // and keeps the least work, the same bits, which the bound then reads
+  CHECK(pr.least_area_per_rank == fresh.area_per_rank);
+  CHECK(pr.least_longest == fresh.longest);
+  CHECK(dcpp::least_work_of(pr, m).bound() == fresh.bound());
+  CHECK(dcpp::lower_bound(pr, m) ==
+        fresh.bound() + dcpp::min_microbatches(pr) * pr.default_overhead);
   // the option wins over both
   o.microbatch_overhead = 0.5;
   const dcpp::problem with_option = dcpp::make_problem(o, lengths);

@@ -132,8 +132,9 @@ struct least_work {
   [[nodiscard]] double bound() const noexcept { return std::max(area_per_rank, longest); }
 };
 
+namespace detail {
 template <workload_estimator Estimator>
-least_work least_work_of(const problem& pr, const Estimator& estimator) {
+least_work compute_least_work(const problem& pr, const Estimator& estimator) {
   const bool grouped = !pr.cost_row.empty();
   const std::size_t rows = grouped ? pr.row_sample.size() : pr.size();
   std::vector<double> row_area(rows);
@@ -156,6 +157,17 @@ least_work least_work_of(const problem& pr, const Estimator& estimator) {
   for (std::size_t s = 0; s < pr.size(); ++s)
     area += row_area[grouped ? static_cast<std::size_t>(pr.cost_row[s]) : s];
   return {area / pr.options.world_size, longest};
+}
+} // namespace detail
+
+//! The least work of `pr` under `estimator`: the value `tabulate_costs` kept when it ran (for the
+//! same estimator, as its table), else worked out here (a pass over every length and legal size:
+//! on 65,536 samples of 7,075 lengths over 1,024 contiguous sizes, about 100 ms).
+template <workload_estimator Estimator>
+least_work least_work_of(const problem& pr, const Estimator& estimator) {
+  if (!std::isnan(pr.least_area_per_rank) && !std::isnan(pr.least_longest))
+    return {pr.least_area_per_rank, pr.least_longest};
+  return detail::compute_least_work(pr, estimator);
 }
 
 //! The share of a mean micro-batch's work that one micro-batch costs when neither the options
@@ -205,6 +217,13 @@ template <workload_estimator Estimator>
 void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_entries) {
   detail::tabulate_rows(pr, estimator, max_entries);
   pr.default_overhead = std::numeric_limits<double>::quiet_NaN();
+  pr.least_area_per_rank = std::numeric_limits<double>::quiet_NaN();
+  pr.least_longest = std::numeric_limits<double>::quiet_NaN();
+  if (pr.size() > 0 && !pr.cp_sizes.empty()) {
+    const least_work w = detail::compute_least_work(pr, estimator);
+    pr.least_area_per_rank = w.area_per_rank;
+    pr.least_longest = w.longest;
+  }
   if (!pr.options.microbatch_overhead && !estimator_overhead(estimator) && pr.size() > 0 &&
       !pr.cp_sizes.empty())
     pr.default_overhead = detail::batch_overhead(pr, estimator);

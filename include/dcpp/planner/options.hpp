@@ -162,6 +162,11 @@ struct problem {
   //! The micro-batch overhead when it comes from the batch's own work (no option, no
   //! estimator overhead), worked out once by `tabulate_costs`; NaN until then.
   double default_overhead = std::numeric_limits<double>::quiet_NaN();
+  //! The two terms of the least work per rank (`least_work_of` in costs.hpp: least areas over
+  //! the world, longest least time), worked out once by `tabulate_costs` for its estimator (the
+  //! planner, the lower bound and the evaluation read it); NaN until then.
+  double least_area_per_rank = std::numeric_limits<double>::quiet_NaN();
+  double least_longest = std::numeric_limits<double>::quiet_NaN();
 
   [[nodiscard]] std::size_t size() const noexcept { return lengths.size(); }
   //! The row of `costs` for `sample`'s length (indexed by size index), or nullptr without a table.

@@ -84,7 +84,7 @@ template <class Estimator>
 //! (wider groups balance better, but pad every sample to a multiple of 2 x cp x padding_unit,
 //! which may cost rounds), or the smallest when none fits; one size when these agree, none when
 //! no size qualifies. Ascending. A size need not divide the world: the tiled construction fills
-//! the rest with smaller groups.
+//! the rest with smaller groups. Only powers of two and divisors of the world are candidates.
 template <class Estimator>
 [[nodiscard]] std::vector<std::int32_t> least_total_area_sizes(const cost_rows<Estimator>& costs,
                                                                std::int32_t rounds,
@@ -105,7 +105,9 @@ template <class Estimator>
   std::vector<candidate> sizes;
   double least = std::numeric_limits<double>::infinity();
   for (const std::int32_t c : pr.cp_sizes) {
-    if (c < smallest)
+    // in the contiguous topology every size is legal: only powers of two and divisors of the
+    // world compete (the area of 1,024 sizes per length would cost more than the plan)
+    if (c < smallest || (!is_power_of_two(c) && world % c != 0))
       continue;
     candidate k{c, 0.0, 0};
     for (std::size_t r = 0; r < count.size(); ++r) {
