@@ -525,14 +525,14 @@ TEST_CASE("balanced: the sizes of least total area: the widest that fits the rou
   // rank-tokens of the 48 samples per group: 36,864 at cp 1, 18,432 at cp 2, 12,288 at cp 4,
   // 6,144 at cp 8 and cp 16 (128 per rank); a round holds 16 x 2,048 / cp per group. In two
   // rounds cp 8 is the widest that fits (2 x 2 x 2,048 = 8,192 per group), cp 16 does not
-  CHECK(dcpp::detail::least_total_area_sizes(rows, 2, t) == std::vector<std::int32_t>{8, 16});
-  CHECK(dcpp::detail::least_total_area_sizes(rows, 3, t) == std::vector<std::int32_t>{16});
+  CHECK(dcpp::detail::least_total_area_sizes(rows, 1, 2, t) == std::vector<std::int32_t>{8, 16});
+  CHECK(dcpp::detail::least_total_area_sizes(rows, 1, 3, t) == std::vector<std::int32_t>{16});
   // in one round none fits: the smallest, and the widest
-  CHECK(dcpp::detail::least_total_area_sizes(rows, 1, t) == std::vector<std::int32_t>{1, 16});
+  CHECK(dcpp::detail::least_total_area_sizes(rows, 1, 1, t) == std::vector<std::int32_t>{1, 16});
   // where a size costs less area (one tier, per-step latency), only that size
   const dcpp::transformer_cost estimator = one_tier_h100(); // cost_rows keeps a reference
   const dcpp::detail::cost_rows<dcpp::transformer_cost> h100(pr, estimator);
-  CHECK(dcpp::detail::least_total_area_sizes(h100, 2, t) == std::vector<std::int32_t>{1});
+  CHECK(dcpp::detail::least_total_area_sizes(h100, 1, 2, t) == std::vector<std::int32_t>{1});
 }
 
 TEST_CASE("balanced: a plan at the lower bound ends the portfolio without changing the result") {

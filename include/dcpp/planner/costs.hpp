@@ -219,14 +219,13 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
   pr.default_overhead = std::numeric_limits<double>::quiet_NaN();
   pr.least_area_per_rank = std::numeric_limits<double>::quiet_NaN();
   pr.least_longest = std::numeric_limits<double>::quiet_NaN();
-  if (pr.size() > 0 && !pr.cp_sizes.empty()) {
-    const least_work w = detail::compute_least_work(pr, estimator);
-    pr.least_area_per_rank = w.area_per_rank;
-    pr.least_longest = w.longest;
-  }
-  if (!pr.options.microbatch_overhead && !estimator_overhead(estimator) && pr.size() > 0 &&
-      !pr.cp_sizes.empty())
-    pr.default_overhead = detail::batch_overhead(pr, estimator);
+  if (pr.size() == 0 || pr.cp_sizes.empty())
+    return;
+  const least_work w = detail::compute_least_work(pr, estimator);
+  pr.least_area_per_rank = w.area_per_rank;
+  pr.least_longest = w.longest;
+  if (!pr.options.microbatch_overhead && !estimator_overhead(estimator))
+    pr.default_overhead = detail::batch_overhead(pr, estimator); // reads the least work kept
 }
 
 } // namespace dcpp

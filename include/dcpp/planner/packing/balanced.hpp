@@ -233,30 +233,30 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
       break;
     }
     case fixed_cp: {
-      if (!st.least_area_size) {
-        const static_cp_with<Bucketing> fixed{};
+      // static_cp's plan at size `cp` (0: its own, the smallest that holds every sample)
+      const auto consider_static = [&](std::int32_t cp, bool search) {
+        const static_cp_with<Bucketing> fixed{cp};
         if (fixed.check(pr).ok()) {
           state a = state::from_plan(costs, fixed.pack_in_order(pr, estimator, buckets()));
-          consider(a);
+          consider(a, search);
         }
+      };
+      if (!st.least_area_size) {
+        consider_static(0, true);
         break;
       }
-      // at the sizes of least total area (the step before made static_cp's own size's plan);
+      // at the sizes of least total area (the static step makes static_cp's own size's plan);
       // where the size does not divide the world, the tiled construction fills the rest
+      const bool search = size <= tuning.levelled_variants_limit;
       const std::int32_t own = static_cp_with<Bucketing>{}.resolve(pr);
-      for (const std::int32_t c : detail::least_total_area_sizes(costs, k_min, tuning)) {
-        if (o.world_size % c != 0) {
-          if (auto p = detail::tiled(costs, c, name, tuning.tiled_limit,
-                                     static_cast<std::int64_t>(allowed))) {
-            state a = state::from_plan(costs, *p);
-            consider(a, size <= tuning.levelled_variants_limit);
-          }
-          continue;
-        }
-        const static_cp_with<Bucketing> fixed{c};
-        if (c != own && fixed.check(pr).ok()) {
-          state a = state::from_plan(costs, fixed.pack_in_order(pr, estimator, buckets()));
-          consider(a, size <= tuning.levelled_variants_limit);
+      for (const std::int32_t c : detail::least_total_area_sizes(costs, own, k_min, tuning)) {
+        if (o.world_size % c == 0) {
+          if (c != own)
+            consider_static(c, search);
+        } else if (auto p = detail::tiled(costs, c, name, tuning.tiled_limit,
+                                          static_cast<std::int64_t>(allowed))) {
+          state a = state::from_plan(costs, *p);
+          consider(a, search);
         }
       }
       break;

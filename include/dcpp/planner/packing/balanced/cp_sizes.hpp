@@ -78,22 +78,20 @@ template <class Estimator>
 }
 
 //! One CP size for every sample, for the fixed-size constructions that balance best: among the
-//! legal sizes that hold the longest sample, those within rounding noise (`tuning.area_noise`)
-//! of the least total rank area `sum cost x cp` (under length^2/cp every size ties): the
-//! largest whose padded tokens still fit in `rounds` rounds of the world, and the largest of all
-//! (wider groups balance better, but pad every sample to a multiple of 2 x cp x padding_unit,
-//! which may cost rounds), or the smallest when none fits; one size when these agree, none when
-//! no size qualifies. Ascending. A size need not divide the world: the tiled construction fills
-//! the rest with smaller groups. Only powers of two and divisors of the world are candidates.
+//! legal sizes from `smallest` (the least that holds every sample, static_cp's own), those within
+//! rounding noise (`tuning.area_noise`) of the least total rank area `sum cost x cp` (under
+//! length^2/cp every size ties): the largest whose padded tokens still fit in `rounds` rounds of
+//! the world, and the largest of all (wider groups balance better, but pad every sample to a
+//! multiple of 2 x cp x padding_unit, which may cost rounds), or the smallest when none fits; one
+//! size when these agree, none when no size qualifies. Ascending. A size need not divide the world:
+//! the tiled construction fills the rest with smaller groups. Only powers of two and divisors of
+//! the world are candidates.
 template <class Estimator>
-[[nodiscard]] std::vector<std::int32_t> least_total_area_sizes(const cost_rows<Estimator>& costs,
-                                                               std::int32_t rounds,
-                                                               const balanced_tuning& tuning) {
+[[nodiscard]] std::vector<std::int32_t>
+least_total_area_sizes(const cost_rows<Estimator>& costs, std::int32_t smallest,
+                       std::int32_t rounds, const balanced_tuning& tuning) {
   const problem& pr = costs.batch();
   const std::int32_t world = costs.world();
-  std::int32_t smallest = 1;
-  for (const std::int32_t m : pr.min_cp_of)
-    smallest = std::max(smallest, m);
   std::vector<double> count(costs.rows(), 0.0);
   for (std::int32_t s = 0; s < costs.samples(); ++s)
     count[static_cast<std::size_t>(costs.row_of(s))] += 1;
