@@ -222,6 +222,22 @@ int main(int argc, char** argv) {
     return world.rank() == 0 ? app.exit(e) : 1;
   }
   try {
+    if (!o.calibrate_lengths.empty()) {
+      // [calibrate]
+      parameters params, grad;
+      initialise(params, o.seed);
+      trainer::calibrate(world, o, "cpu_trainer", [&](auto& router, const shard_type& shard) {
+        for (std::size_t mb = 0; mb < router.microbatches(); ++mb) {
+          const auto batch = router.dispatch(mb, shard);
+          if (batch.layout.idle())
+            continue;
+          auto group = router.group(mb);
+          run_microbatch(group, batch, params, grad, 1.0f);
+        }
+      });
+      // [calibrate]
+      return 0;
+    }
     const std::int64_t budget = o.budget_for(world.size());
     dcpp::plan_options options;
     options.world_size = world.size();

@@ -299,6 +299,22 @@ int main(int argc, char** argv) {
     auto nccl = dcpp::nccl_communicator::bootstrap(world, transfer);
     dcpp::detail::stream_order order;
 
+    if (!o.calibrate_lengths.empty()) {
+      parameters host;
+      initialise(host, o.seed);
+      device_model model(host);
+      workspace ws;
+      trainer::calibrate(world, o, "gpu_trainer", [&](auto& router, const shard_type& shard) {
+        for (std::size_t mb = 0; mb < router.microbatches(); ++mb) {
+          const auto batch = router.dispatch(mb, shard);
+          if (batch.layout.idle())
+            continue;
+          auto group = nccl.group_for(batch.layout.first_rank, batch.layout.cp);
+          run_microbatch(group, batch, model, ws, 1.0f, compute); // ends with a stream sync
+        }
+      });
+      return 0;
+    }
     const std::int64_t budget = o.budget_for(world.size());
     dcpp::plan_options options;
     options.world_size = world.size();

@@ -6,12 +6,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +25,7 @@
 #include <dcpp/dcpp.hpp>
 #include <dcpp/io/npy.hpp>
 #include <dcpp/route/fields.hpp>
+#include <dcpp/route/router.hpp>
 
 namespace trainer {
 
@@ -68,8 +73,26 @@ inline void initialise(parameters& p, std::uint64_t seed) {
 using shard_type =
     dcpp::token_shard<dcpp::fields::token_ids, dcpp::fields::labels, dcpp::fields::loss_mask>;
 
-//! The step's global samples (identical for every world size): sample i of step s starts with two
-//! seeded tokens and continues x[t] = (x[t-2] + 3) mod vocab; lengths long-tailed.
+//! Appends one sample of the synthetic task to `shard`: two tokens drawn from `rng`, then
+//! x[t] = (x[t-2] + 3) mod vocab; labels are the next token, the loss mask covers tokens 1..L-2.
+inline void append_sample(shard_type& shard, std::int64_t length, std::mt19937_64& rng) {
+  std::vector<std::int32_t> x(static_cast<std::size_t>(length));
+  x[0] = static_cast<std::int32_t>(rng() % vocab);
+  if (length > 1)
+    x[1] = static_cast<std::int32_t>(rng() % vocab);
+  for (std::size_t t = 2; t < x.size(); ++t)
+    x[t] = (x[t - 2] + 3) % vocab;
+  shard.lengths.push_back(length);
+  for (std::int64_t t = 0; t < length; ++t) {
+    const auto ut = static_cast<std::size_t>(t);
+    shard.get<dcpp::fields::token_ids>().push_back(x[ut]);
+    shard.get<dcpp::fields::labels>().push_back(t + 1 < length ? x[ut + 1] : -100);
+    shard.get<dcpp::fields::loss_mask>().push_back(t >= 1 && t + 1 < length ? 1 : 0);
+  }
+}
+
+//! The step's global samples (identical for every world size): sample i of step s is one of the
+//! task's samples (`append_sample`) with a seeded, long-tailed length.
 //! Rank r holds the samples i with i % world == r.
 inline shard_type make_shard(int step, int samples, std::uint64_t seed, int rank, int world,
                              std::int64_t max_length) {
@@ -81,21 +104,8 @@ inline shard_type make_shard(int step, int samples, std::uint64_t seed, int rank
     const std::int64_t length =
         std::min<std::int64_t>(max_length, tail ? 300 + static_cast<std::int64_t>(rng() % 700)
                                                 : 3 + static_cast<std::int64_t>(rng() % 120));
-    std::vector<std::int32_t> x(static_cast<std::size_t>(length));
-    x[0] = static_cast<std::int32_t>(rng() % vocab);
-    if (length > 1)
-      x[1] = static_cast<std::int32_t>(rng() % vocab);
-    for (std::size_t t = 2; t < x.size(); ++t)
-      x[t] = (x[t - 2] + 3) % vocab;
-    if (i % world != rank)
-      continue;
-    shard.lengths.push_back(length);
-    for (std::int64_t t = 0; t < length; ++t) {
-      const auto ut = static_cast<std::size_t>(t);
-      shard.get<dcpp::fields::token_ids>().push_back(x[ut]);
-      shard.get<dcpp::fields::labels>().push_back(t + 1 < length ? x[ut + 1] : -100);
-      shard.get<dcpp::fields::loss_mask>().push_back(t >= 1 && t + 1 < length ? 1 : 0);
-    }
+    if (i % world == rank)
+      append_sample(shard, length, rng);
   }
   return shard;
 }
@@ -116,6 +126,8 @@ struct options {
   std::uint64_t seed = 1;
   std::string log_path, weights_path;
   bool quiet = false;
+  std::vector<std::int64_t> calibrate_lengths; //!< `--calibrate`: measure instead of training
+  int calibrate_repeats = 3;
 
   void add_to(CLI::App& app) {
     app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, 100000));
@@ -129,12 +141,90 @@ struct options {
     app.add_option("--log", log_path, "write a JSON log of every step here (rank 0)");
     app.add_option("--weights", weights_path, "write the final weights here as .npy (rank 0)");
     app.add_flag("--quiet", quiet, "no per-step output");
+    app.add_option("--calibrate", calibrate_lengths,
+                   "measure instead of training: time one sample of each of these lengths "
+                   "(comma-separated) on every power-of-two CP group that divides the world, and "
+                   "a micro-batch's fixed cost; prints the CSV rows that dcpp-plan --estimator "
+                   "calibrated:FILE fits")
+        ->delimiter(',')
+        ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 40));
+    app.add_option("--calibrate-repeats", calibrate_repeats,
+                   "timed runs per calibration row, after one warm-up (the median is printed)")
+        ->check(CLI::Range(1, 1000));
   }
   //! The token budget for `world` ranks (the flag, or the default).
   [[nodiscard]] std::int64_t budget_for(int world) const {
     return budget != 0 ? budget : world == 1 ? 1024 : 512;
   }
 };
+
+//! `--calibrate`: the rows `dcpp-plan --estimator calibrated:FILE` fits, measured on this
+//! cluster with this model. For every length L of `o.calibrate_lengths` and every power-of-two
+//! CP size cp that divides the world (L >= 2 cp), one micro-batch holding the one sample on the
+//! ranks [0, cp) is planned, routed and run forward and backward `o.calibrate_repeats` times
+//! after a warm-up; a run's time is the slowest rank's, from a barrier to the end of its work;
+//! the row is the median. The micro-batch's fixed cost (routing, launches, synchronisation) is
+//! measured the same way on a micro-batch holding one 2-token sample, printed as the
+//! `microbatch` row and taken off every sample row, since the fit prices it per micro-batch and
+//! not per sample. A sample row within that cost (nothing left to fit) is left out, with a
+//! message. `run(router, shard)` runs every micro-batch of the router's plan in which this rank
+//! takes part and returns when its work is done. Rows go to stdout on rank 0, messages to
+//! stderr.
+template <class Comm, class Run>
+void calibrate(Comm& world, const options& o, std::string_view program, Run&& run) {
+  const bool leader = world.rank() == 0;
+  auto median_seconds = [&](std::int64_t length, std::int32_t cp) {
+    dcpp::plan_options po;
+    po.world_size = world.size();
+    po.min_cp = po.max_cp = cp;
+    po.max_tokens_per_rank = std::max<std::int64_t>(2, dcpp::tokens_per_rank(po, length, cp));
+    dcpp::planner<> planner(po);
+    shard_type shard;
+    if (leader) {
+      std::mt19937_64 rng(o.seed * 1000003u + static_cast<std::uint64_t>(length));
+      append_sample(shard, length, rng);
+    }
+    auto router = dcpp::plan_step(planner, world, shard, dcpp::placement::as_planned);
+    std::vector<double> seconds;
+    for (int r = 0; r <= o.calibrate_repeats; ++r) { // r == 0: warm-up
+      world.barrier();
+      const auto start = std::chrono::steady_clock::now();
+      run(router, shard);
+      std::vector<double> t{
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+      world.all_reduce(std::span<double>(t), dcpp::reduce_op::max);
+      if (r > 0)
+        seconds.push_back(t[0]);
+    }
+    std::sort(seconds.begin(), seconds.end());
+    const std::size_t n = seconds.size();
+    return n % 2 == 1 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
+  };
+  const double fixed = median_seconds(2, 1);
+  if (leader) {
+    fmt::print("# {} --calibrate on {} ranks: median of {} runs per row; a sample row is its "
+               "micro-batch's time less the micro-batch's fixed cost (the microbatch row)\n"
+               "length,cp,seconds\nmicrobatch,{:.6g}\n",
+               program, world.size(), o.calibrate_repeats, fixed);
+    std::fflush(stdout);
+  }
+  for (const std::int64_t length : o.calibrate_lengths)
+    for (std::int32_t cp = 1; cp <= world.size() && 2 * std::int64_t{cp} <= length; cp *= 2) {
+      if (world.size() % cp != 0)
+        continue;
+      const double seconds = median_seconds(length, cp) - fixed;
+      if (!leader)
+        continue;
+      if (seconds > 0)
+        fmt::print("{},{},{:.6g}\n", length, cp, seconds);
+      else
+        fmt::print(stderr,
+                   "{}: length {} on {} ranks took no longer than the micro-batch's fixed cost "
+                   "({:.3g} s); row left out (measure longer samples)\n",
+                   program, length, cp, fixed);
+      std::fflush(stdout);
+    }
+}
 
 //! Rank 0's report: a progress line per step (one updating line on a terminal) and the JSON log.
 class report {

@@ -1,11 +1,24 @@
 // The proof that dynamic CP changes nothing but speed: the CPU trainer under `mpirun -np 4`
 // (dynamic CP: long samples split over 2-4 ranks, micro-batches routed) and on one rank give the
 // same losses and final weights up to fp32 summation order; and the model learns its task.
+// `--calibrate` prints rows dcpp-plan's calibration reader takes.
 #include "../support.hpp"
 
-#include <cmath>
-#include <string>
+#include <sys/wait.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "dcpp/io/batch_input.hpp"
 #include "trainer_runs.hpp"
 
 namespace {
@@ -41,4 +54,69 @@ TEST_CASE("cpu trainer: the loss falls under dynamic CP (the task is learnt)") {
   CHECK(last < 0.6 * first); // measured: 2.78 -> ~1.0 in 30 steps
   for (const double e : run.efficiency)
     CHECK(e > 0.5);
+}
+
+namespace {
+struct calibration_run {
+  int exit_code = 0;
+  std::string out, err;
+};
+calibration_run run_calibration(int ranks, const std::string& args, const std::string& tag) {
+  const auto dir = std::filesystem::temp_directory_path() / ("dcpp_calibrate_" + tag);
+  std::filesystem::create_directories(dir);
+  const std::string cmd =
+      fmt::format("{} -np {} {} {} > {} 2> {}", trainer_runs::env("DCPP_MPIEXEC"), ranks,
+                  trainer_runs::env("DCPP_CPU_TRAINER"), args, (dir / "out.csv").string(),
+                  (dir / "err.txt").string());
+  const int status = std::system(cmd.c_str());
+  auto slurp = [](const std::filesystem::path& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  calibration_run r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out.csv"),
+                    slurp(dir / "err.txt")};
+  std::filesystem::remove_all(dir);
+  return r;
+}
+} // namespace
+
+TEST_CASE("cpu trainer --calibrate: rows in the calibration format, one per length and CP size") {
+  const auto run = run_calibration(2, "--calibrate 3,40,600 --calibrate-repeats 2", "np2");
+  INFO("stdout:\n" << run.out << "\nstderr:\n" << run.err);
+  REQUIRE(run.exit_code == 0);
+  // dcpp-plan's own reader takes the output as it is (header and comment included)
+  std::istringstream in(run.out);
+  const auto rows = dcpp::read_calibration(in, "cpu_trainer --calibrate");
+  std::set<std::pair<std::int64_t, int>> seen;
+  int microbatch_rows = 0;
+  for (const auto& r : rows) {
+    CHECK(r.seconds > 0);
+    CHECK(std::isfinite(r.seconds));
+    if (r.microbatch) {
+      ++microbatch_rows;
+      continue;
+    }
+    // lengths as asked, power-of-two sizes dividing the world, at least 2 tokens per rank
+    CHECK((r.length == 3 || r.length == 40 || r.length == 600));
+    CHECK((r.cp == 1 || r.cp == 2));
+    CHECK(r.length >= 2 * r.cp);
+    CHECK(seen.insert({r.length, r.cp}).second); // no row twice
+  }
+  CHECK(microbatch_rows == 1);
+  // a row within the fixed cost is left out with a message naming it; every other row is there
+  std::size_t left_out = 0;
+  for (std::size_t at = run.err.find("row left out"); at != std::string::npos;
+       at = run.err.find("row left out", at + 1))
+    ++left_out;
+  CHECK(seen.size() + left_out == 5); // (3,1) (40,1) (40,2) (600,1) (600,2)
+}
+
+TEST_CASE("cpu trainer --calibrate: bad lengths are refused before anything runs") {
+  for (const char* bad : {"1", "0,64", "-5", "64,x"}) {
+    const auto run = run_calibration(2, fmt::format("--calibrate {}", bad), "bad");
+    INFO(bad << ": " << run.err << run.out);
+    CHECK(run.exit_code != 0);
+    CHECK(run.out.find("length,cp,seconds") == std::string::npos);
+    CHECK(run.err.find("--calibrate") != std::string::npos);
+  }
 }
