@@ -1,7 +1,10 @@
 // dcpp-plan: plans dynamic context parallelism for a batch of sample lengths; prints a table,
 // writes the dcpp-plan/1 JSON and an SVG picture.
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -13,70 +16,26 @@
 #include <fmt/format.h>
 
 #include "dcpp/dcpp.hpp"
+#include "dcpp/io/atomic_file.hpp"
+#include "dcpp/io/by_name.hpp"
 
 namespace {
 
-using estimator_choice =
-    std::variant<dcpp::transformer_cost, dcpp::megatron_cost, dcpp::calibrated_cost>;
+//! Where the progress lines go: stdout, or stderr when stdout carries a document (`--json -`).
+std::FILE* info = stdout;
 
-struct named_estimator {
-  estimator_choice estimator;
-  std::string name;
-};
-
-//! The network options: each overrides the preset's value when given.
-struct network_options {
-  std::optional<std::int32_t> gpus_per_node;
-  std::optional<double> intra_node_gbytes; // GB/s, one direction
-  std::optional<double> inter_node_gbytes;
-};
-
-named_estimator parse_estimator(const std::string& spec, const network_options& net) {
-  const bool rates = net.intra_node_gbytes || net.inter_node_gbytes;
-  if (spec == "megatron") {
-    if (rates || net.gpus_per_node)
-      throw dcpp::error(dcpp::status_code::invalid_option,
-                        "--gpus-per-node and the link bandwidths describe the network of a "
-                        "transformer preset or a calibration; --estimator megatron has none");
-    return {dcpp::megatron_cost{}, "megatron"};
-  }
-  if (spec.rfind("calibrated:", 0) == 0) {
-    if (rates)
-      throw dcpp::error(dcpp::status_code::invalid_option,
-                        "--intra-node-bandwidth and --inter-node-bandwidth do not apply to "
-                        "--estimator calibrated: the fit measures the links (give "
-                        "--gpus-per-node for the node size the timings were taken on)");
-    const std::string path = spec.substr(11);
-    std::ifstream in(path);
-    if (!in)
-      throw dcpp::error(dcpp::status_code::parse_error,
-                        fmt::format("--estimator calibrated: cannot open '{}'", path));
-    auto fitted =
-        dcpp::calibrated_cost::fit(dcpp::read_calibration(in, path), net.gpus_per_node.value_or(8));
-    const auto& r = fitted.report();
-    fmt::print("calibrated: {} coefficients from {} rows ({} GPUs per node); relative residual "
+//! The estimator `spec` names, and the calibration's fit report when it is one.
+dcpp::named_estimator parse_estimator(const std::string& spec, const dcpp::network_overrides& net) {
+  auto named = dcpp::estimator_from_spec(spec, net);
+  if (const auto* fitted = std::get_if<dcpp::calibrated_cost>(&named.estimator)) {
+    const auto& r = fitted->report();
+    fmt::print(info,
+               "calibrated: {} coefficients from {} rows ({} GPUs per node); relative residual "
                "rms {:.2f}%, max {:.2f}% (row {})\n",
-               r.coefficients, r.rows, fitted.gpus_per_node(), 100 * r.rms_relative,
+               r.coefficients, r.rows, fitted->gpus_per_node(), 100 * r.rms_relative,
                100 * r.max_relative, r.worst_row);
-    return {std::move(fitted), spec};
   }
-  if (auto preset = dcpp::transformer_cost::from_preset(spec)) {
-    dcpp::device_spec device = preset->device();
-    if (net.gpus_per_node)
-      device.network.gpus_per_node = *net.gpus_per_node;
-    if (net.intra_node_gbytes)
-      device.network.intra_node.bytes_per_second = *net.intra_node_gbytes * 1e9;
-    if (net.inter_node_gbytes)
-      device.network.inter_node.bytes_per_second = *net.inter_node_gbytes * 1e9;
-    if (dcpp::status s = device.network.check(); !s)
-      throw dcpp::error(s.code, fmt::format("--estimator {}: {}", spec, s.message));
-    const dcpp::transformer_cost model(preset->model(), device);
-    return {model, model.name()};
-  }
-  throw dcpp::error(dcpp::status_code::invalid_option,
-                    fmt::format("--estimator '{}' is unknown; use megatron, calibrated:FILE or a "
-                                "preset: {}",
-                                spec, dcpp::transformer_cost::preset_names()));
+  return named;
 }
 
 struct outcome {
@@ -90,26 +49,24 @@ outcome run_policy(const dcpp::plan_options& options, const Estimator& estimator
                    const std::string& estimator_name, Packing packing,
                    const std::vector<std::int64_t>& lengths) {
   outcome out{std::string(Packing::name), std::nullopt, {}};
-  const dcpp::planner<Estimator, Packing> planner(options, estimator, packing);
-  if (dcpp::status s = planner.can_plan(lengths); !s) {
-    out.error = s.message;
-    return out;
+  try {
+    out.result = dcpp::plan_named(options, estimator, estimator_name, packing, lengths);
+  } catch (const dcpp::error& e) {
+    out.error = e.what();
   }
-  out.result = planner.make_plan(lengths);
-  out.result->estimator = estimator_name;
   return out;
 }
 
 void print_compare(const std::vector<outcome>& outcomes) {
-  fmt::print("\n{:<16} {:>12} {:>10} {:>13} {:>12} {:>12} {:>10}\n", "policy", "step time",
+  fmt::print(info, "\n{:<16} {:>12} {:>10} {:>13} {:>12} {:>12} {:>10}\n", "policy", "step time",
              "efficiency", "micro-batches", "max load", "mean load", "plan ms");
   for (const auto& o : outcomes) {
     if (!o.result) {
-      fmt::print("{:<16} n/a: {}\n", o.policy, o.error);
+      fmt::print(info, "{:<16} n/a: {}\n", o.policy, o.error);
       continue;
     }
     const auto& m = o.result->metrics;
-    fmt::print("{:<16} {:>12.6g} {:>10.4f} {:>13} {:>12.6g} {:>12.6g} {:>10.3f}\n", o.policy,
+    fmt::print(info, "{:<16} {:>12.6g} {:>10.4f} {:>13} {:>12.6g} {:>12.6g} {:>10.3f}\n", o.policy,
                m.estimated_step_time, m.efficiency, o.result->microbatches.size(), m.max_rank_load,
                m.mean_rank_load, m.plan_seconds * 1e3);
   }
@@ -135,7 +92,7 @@ int main(int argc, char** argv) {
   std::int64_t padding_unit = 1;
   std::int32_t extra_microbatches = -1;
   std::optional<double> microbatch_overhead;
-  network_options network;
+  dcpp::network_overrides network;
   std::string json_path;
   std::string svg_path;
   bool compare = false;
@@ -181,11 +138,14 @@ int main(int argc, char** argv) {
                  "balanced: at most this many micro-batches beyond the token minimum, each "
                  "taken only when it saves more than its overhead (-1: up to as many again)")
       ->check(CLI::Range(-1, 1 << 20));
-  app.add_option("--json", json_path, "write the plan as dcpp-plan/1 JSON");
-  app.add_option("--svg", svg_path, "write a picture of the plan");
+  app.add_option("--json", json_path,
+                 "write the plan as dcpp-plan/1 JSON (-: to standard output, alone; the other "
+                 "lines then go to standard error)");
+  app.add_option("--svg", svg_path, "write a picture of the plan (-: to standard output)");
   app.add_flag("--compare", compare, "plan with every policy and print them side by side");
   app.add_flag("--quiet", quiet, "no per-micro-batch table");
   CLI11_PARSE(app, argc, argv);
+  info = (json_path == "-" || svg_path == "-") ? stderr : stdout;
 
   try {
     dcpp::batch_input batch;
@@ -210,33 +170,21 @@ int main(int argc, char** argv) {
         microbatch_multiple.value_or(batch.microbatch_multiple.value_or(1));
     options.microbatch_overhead = microbatch_overhead;
     dcpp::throw_if_failed(dcpp::check_problem(options, batch.lengths));
-    const named_estimator estimator = parse_estimator(estimator_spec, network);
+    const dcpp::named_estimator estimator = parse_estimator(estimator_spec, network);
 
     std::vector<outcome> outcomes;
     double budget_bound = 0; // dcpp::budget_lower_bound, outside the planning time
     std::visit(
         [&](const auto& e) {
           budget_bound = dcpp::budget_lower_bound(dcpp::make_problem(options, batch.lengths), e);
-          const dcpp::static_cp fixed{static_cp_size};
-          dcpp::balanced tuned;
-          tuned.extra_microbatches = extra_microbatches;
-          if (compare) {
-            outcomes.push_back(run_policy(options, e, estimator.name, tuned, batch.lengths));
-            outcomes.push_back(
-                run_policy(options, e, estimator.name, dcpp::megatron_greedy{}, batch.lengths));
-            outcomes.push_back(
-                run_policy(options, e, estimator.name, dcpp::uniform_cp{}, batch.lengths));
-            outcomes.push_back(run_policy(options, e, estimator.name, fixed, batch.lengths));
-          } else if (policy == "balanced") {
-            outcomes.push_back(run_policy(options, e, estimator.name, tuned, batch.lengths));
-          } else if (policy == "megatron_greedy") {
-            outcomes.push_back(
-                run_policy(options, e, estimator.name, dcpp::megatron_greedy{}, batch.lengths));
-          } else if (policy == "uniform_cp") {
-            outcomes.push_back(
-                run_policy(options, e, estimator.name, dcpp::uniform_cp{}, batch.lengths));
-          } else {
-            outcomes.push_back(run_policy(options, e, estimator.name, fixed, batch.lengths));
+          // --compare: every policy, in the order of policy_names; else --policy
+          for (const std::string_view name : dcpp::policy_names) {
+            if (!compare && name != policy)
+              continue;
+            const dcpp::policy_choice choice{std::string(name), static_cp_size, extra_microbatches};
+            outcomes.push_back(dcpp::with_policy(choice, [&](const auto& packing) {
+              return run_policy(options, e, estimator.name, packing, batch.lengths);
+            }));
           }
         },
         estimator.estimator);
@@ -249,42 +197,57 @@ int main(int argc, char** argv) {
                         fmt::format("policy {}: {}", policy, chosen ? chosen->error : "not run"));
     const dcpp::plan& p = *chosen->result;
 
-    // open every output before writing any, so that an error leaves nothing half written
-    std::ofstream json_out;
-    std::ofstream svg_out;
-    if (!json_path.empty()) {
-      json_out.open(json_path);
-      if (!json_out)
-        throw dcpp::error(dcpp::status_code::parse_error,
-                          fmt::format("--json: cannot write '{}'", json_path));
-    }
-    if (!svg_path.empty()) {
-      svg_out.open(svg_path);
-      if (!svg_out)
-        throw dcpp::error(dcpp::status_code::parse_error,
-                          fmt::format("--svg: cannot write '{}'", svg_path));
-    }
-    fmt::print("input {}: {} samples, lengths {}..{}\n", batch.name, batch.lengths.size(),
+    // Outputs: `-` is standard output (then every other line goes to standard error, so the
+    // stream holds the document alone); files are staged beside their targets and renamed into
+    // place only once both are written, so that a failure leaves no partial file and never
+    // damages an existing one.
+    if (json_path == "-" && svg_path == "-")
+      throw dcpp::error(dcpp::status_code::invalid_option,
+                        "--json - and --svg - both ask for standard output; give one a file");
+    if (!json_path.empty() && json_path == svg_path)
+      throw dcpp::error(dcpp::status_code::invalid_option,
+                        fmt::format("--json and --svg both name '{}'; give two files", json_path));
+    const std::string json_text = json_path.empty() ? "" : dcpp::write_plan_json(p, options);
+    const std::string svg_text =
+        svg_path.empty() ? ""
+                         : dcpp::write_plan_svg(p, fmt::format("{} — {}", batch.name, p.policy));
+    std::optional<dcpp::staged_file> json_file, svg_file;
+    if (!json_path.empty() && json_path != "-")
+      json_file.emplace(json_path, "--json");
+    if (!svg_path.empty() && svg_path != "-")
+      svg_file.emplace(svg_path, "--svg");
+    if (json_file)
+      json_file->write(json_text), json_file->close();
+    if (svg_file)
+      svg_file->write(svg_text), svg_file->close();
+
+    fmt::print(info, "input {}: {} samples, lengths {}..{}\n", batch.name, batch.lengths.size(),
                *std::min_element(batch.lengths.begin(), batch.lengths.end()),
                *std::max_element(batch.lengths.begin(), batch.lengths.end()));
     if (quiet)
-      fmt::print("{} plan: step time {:.6g}, efficiency {:.4f}, micro-batches {}\n", p.policy,
+      fmt::print(info, "{} plan: step time {:.6g}, efficiency {:.4f}, micro-batches {}\n", p.policy,
                  p.metrics.estimated_step_time, p.metrics.efficiency, p.microbatches.size());
     else
-      fmt::print("{}", p);
+      fmt::print(info, "{}", p);
     if (!quiet && budget_bound > p.metrics.lower_bound * (1 + 1e-12))
-      fmt::print("  the token budget raises the lower bound to {:.6g}: no plan can exceed "
+      fmt::print(info,
+                 "  the token budget raises the lower bound to {:.6g}: no plan can exceed "
                  "efficiency {:.4f} on this batch\n",
                  budget_bound, p.metrics.lower_bound / budget_bound);
     if (compare)
       print_compare(outcomes);
-    if (json_out.is_open()) {
-      json_out << dcpp::write_plan_json(p, options);
-      fmt::print("wrote {}\n", json_path);
-    }
-    if (svg_out.is_open()) {
-      svg_out << dcpp::write_plan_svg(p, fmt::format("{} — {}", batch.name, p.policy));
-      fmt::print("wrote {}\n", svg_path);
+    if (json_file)
+      json_file->commit(), fmt::print(info, "wrote {}\n", json_path);
+    if (svg_file)
+      svg_file->commit(), fmt::print(info, "wrote {}\n", svg_path);
+    const std::string& to_stdout = json_path == "-" ? json_text : svg_text;
+    if (json_path == "-" || svg_path == "-") {
+      if (std::fwrite(to_stdout.data(), 1, to_stdout.size(), stdout) != to_stdout.size() ||
+          std::fflush(stdout) != 0)
+        throw dcpp::error(dcpp::status_code::io_error,
+                          fmt::format("{}: cannot write standard output: {}",
+                                      json_path == "-" ? "--json -" : "--svg -",
+                                      std::strerror(errno)));
     }
   } catch (const dcpp::error& e) {
     fmt::print(stderr, "dcpp-plan: error: {}\n", e.what());

@@ -21,6 +21,7 @@ enum class status_code : std::uint8_t {
   invalid_plan,
   parse_error,
   communication_error,
+  io_error, //!< a file could not be read or written (the path and the system's reason)
 };
 
 constexpr std::string_view to_string(status_code code) noexcept {
@@ -36,6 +37,7 @@ constexpr std::string_view to_string(status_code code) noexcept {
   case status_code::invalid_plan: return "invalid_plan";
   case status_code::parse_error: return "parse_error";
   case status_code::communication_error: return "communication_error";
+  case status_code::io_error: return "io_error";
   }
   return "unknown";
 }

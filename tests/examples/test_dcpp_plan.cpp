@@ -280,3 +280,61 @@ TEST_CASE("dcpp-plan: --extra-microbatches bounds the rounds of balanced") {
   CHECK(r.out.find("micro-batches 8") != std::string::npos); // the token minimum here
   CHECK(run(env("DCPP_DATA") + "/sft_long_tail.txt --extra-microbatches -2").status != 0);
 }
+
+TEST_CASE("dcpp-plan: --json - writes the document alone to stdout, the rest to stderr") {
+  const fs::path wl = write("stdout_wl.txt", "100\n7000\n300\n20000\n");
+  const auto r = run(wl.string() + " --world-size 8 --max-tokens-per-rank 8192 --json -");
+  CAPTURE(r.err);
+  REQUIRE(r.status == 0);
+  const auto p = dcpp::read_plan_json(r.out, "stdout"); // nothing but the JSON on stdout
+  CHECK(p.lengths.size() == 4);
+  CHECK(r.err.find("balanced plan") == std::string::npos); // the table went to stderr ...
+  CHECK(r.err.find("micro-batches") != std::string::npos); // ... not to stdout
+  // the same bytes as the file (but for the planning time)
+  const fs::path json = scratch() / "stdout_same.json";
+  REQUIRE(run(wl.string() + " --world-size 8 --max-tokens-per-rank 8192 --json " + json.string())
+              .status == 0);
+  CHECK(without_timing(r.out) == without_timing(slurp(json)));
+  const auto svg = run(wl.string() + " --world-size 8 --max-tokens-per-rank 8192 --svg -");
+  REQUIRE(svg.status == 0);
+  CHECK(svg.out.rfind("<svg", 0) == 0);
+  const auto both = run(wl.string() + " --json - --svg -");
+  CHECK(both.status == 1);
+  CHECK(both.out.empty());
+  CHECK(both.err.find("both ask for standard output") != std::string::npos);
+}
+
+TEST_CASE("dcpp-plan: a failed write leaves no file and keeps the old one") {
+  const fs::path wl = write("write_wl.txt", "100\n7000\n300\n20000\n");
+  const std::string args = wl.string() + " --world-size 8 --max-tokens-per-rank 8192 --quiet";
+  const fs::path old = write("old_plan.json", "the previous plan\n");
+  // an unwritable --svg: the existing --json target is untouched, nothing else is left
+  auto r = run(args + " --json " + old.string() + " --svg " +
+               (scratch() / "no_such_dir" / "x.svg").string());
+  CHECK(r.status == 1);
+  CHECK(r.err.find("--svg: cannot create") != std::string::npos);
+  CHECK(slurp(old) == "the previous plan\n");
+  std::size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(scratch()))
+    entries += e.path().filename().string().find(".tmp.") != std::string::npos;
+  CHECK(entries == 0);
+  // one path for both outputs
+  r = run(args + " --json " + old.string() + " --svg " + old.string());
+  CHECK(r.status == 1);
+  CHECK(r.err.find("both name") != std::string::npos);
+  CHECK(slurp(old) == "the previous plan\n");
+  // a full device: the error names it, the exit status says so
+  if (fs::exists("/dev/full")) {
+    r = run(args + " --json /dev/full");
+    CHECK(r.status == 1);
+    CHECK(r.err.find("'/dev/full': No space left on device") != std::string::npos);
+    CHECK(fs::is_character_file("/dev/full")); // written in place, never replaced
+  }
+  // a directory as the target
+  r = run(args + " --json " + scratch().string());
+  CHECK(r.status == 1);
+  CHECK(r.err.find("Is a directory") != std::string::npos);
+  // success replaces the old file whole
+  REQUIRE(run(args + " --json " + old.string()).status == 0);
+  CHECK_NOTHROW(dcpp::read_plan_json(slurp(old)));
+}

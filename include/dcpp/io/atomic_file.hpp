@@ -1,0 +1,125 @@
+// Output files written so that a failed run leaves nothing behind and never damages a file that
+// was there: the text goes to a temporary file beside the target, every write and the close are
+// checked, and only then is it renamed into place. POSIX.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "dcpp/error.hpp"
+
+namespace dcpp {
+
+//! One output staged in a temporary file beside `target` (same directory, so the rename is
+//! atomic). `write` and `close` throw dcpp::error naming `what`, the path and the system's
+//! reason; `commit` renames into place. A staged file that is not committed is removed.
+class staged_file {
+public:
+  staged_file(std::string target, std::string what)
+      : target_(std::move(target)), what_(std::move(what)) {
+    // a symbolic link: replace the file it names, not the link
+    struct stat st {};
+    if (::lstat(target_.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      if (char* real = ::realpath(target_.c_str(), nullptr)) {
+        target_ = real;
+        std::free(real);
+      }
+    }
+    // not a regular file (a device such as /dev/null or /dev/stdout, a pipe): written in place,
+    // since it cannot be replaced; every write and the close are still checked
+    if (::stat(target_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      if (S_ISDIR(st.st_mode)) {
+        errno = EISDIR;
+        fail("cannot write");
+      }
+      fd_ = ::open(target_.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd_ < 0)
+        fail("cannot open");
+      direct_ = true;
+      return;
+    }
+    std::string pattern = target_ + ".tmp.XXXXXX";
+    std::vector<char> name(pattern.begin(), pattern.end());
+    name.push_back('\0');
+    fd_ = ::mkstemp(name.data());
+    if (fd_ < 0)
+      fail("cannot create a file beside");
+    temp_.assign(name.data());
+    // mkstemp makes the file 0600; give it what a plain create would (0666 less the umask)
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    if (::fchmod(fd_, 0666 & ~mask) != 0)
+      fail("cannot set the permissions of a file beside");
+  }
+  staged_file(const staged_file&) = delete;
+  staged_file& operator=(const staged_file&) = delete;
+  ~staged_file() {
+    if (fd_ >= 0)
+      ::close(fd_);
+    if (!committed_ && !temp_.empty())
+      ::unlink(temp_.c_str());
+  }
+
+  //! Writes all of `text` (throws on a short write: a full disk, a quota).
+  void write(std::string_view text) {
+    while (!text.empty()) {
+      const ::ssize_t n = ::write(fd_, text.data(), text.size());
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        fail("cannot write");
+      text.remove_prefix(static_cast<std::size_t>(n));
+    }
+  }
+  //! Flushes to the device and closes (a full disk may only show here).
+  void close() {
+    if (fd_ < 0)
+      return;
+    if (!direct_ && ::fsync(fd_) != 0 && errno != EINVAL && errno != EROFS)
+      fail("cannot write");
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0)
+      fail("cannot write");
+  }
+  //! Renames the closed file into place.
+  void commit() {
+    close();
+    if (!direct_ && ::rename(temp_.c_str(), target_.c_str()) != 0)
+      fail("cannot replace");
+    committed_ = true;
+  }
+  [[nodiscard]] const std::string& target() const noexcept { return target_; }
+
+private:
+  [[noreturn]] void fail(std::string_view doing) const {
+    throw error(status_code::io_error,
+                fmt::format("{}: {} '{}': {}", what_, doing, target_, std::strerror(errno)));
+  }
+
+  std::string target_, what_, temp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  bool direct_ = false; //!< not a regular file: written in place
+};
+
+//! Writes `text` to `path` through a staged file: the target is either the complete new text or
+//! untouched.
+inline void write_file_atomically(const std::string& path, std::string_view text,
+                                  std::string what) {
+  staged_file f(path, std::move(what));
+  f.write(text);
+  f.commit();
+}
+
+} // namespace dcpp

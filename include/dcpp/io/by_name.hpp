@@ -1,0 +1,154 @@
+// Estimators and packing policies chosen by name, as the CLI (`dcpp-plan`) and the Python
+// package (`dcpp.plan`) take them: one implementation, so that both make the same plan, with the
+// same recorded estimator name, for the same input.
+#pragma once
+
+#include <fstream>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "dcpp/error.hpp"
+#include "dcpp/io/batch_input.hpp"
+#include "dcpp/planner/calibrated_cost.hpp"
+#include "dcpp/planner/estimator.hpp"
+#include "dcpp/planner/packing/balanced.hpp"
+#include "dcpp/planner/packing/megatron_greedy.hpp"
+#include "dcpp/planner/packing/static_cp.hpp"
+#include "dcpp/planner/packing/uniform_cp.hpp"
+#include "dcpp/planner/planner.hpp"
+#include "dcpp/planner/transformer_cost.hpp"
+
+namespace dcpp {
+
+//! The estimators a name can select.
+using named_estimator_variant = std::variant<transformer_cost, megatron_cost, calibrated_cost>;
+
+//! An estimator and the name a plan records for it (`plan::estimator`).
+struct named_estimator {
+  named_estimator_variant estimator;
+  std::string name;
+};
+
+//! The network settings a user may give beside an estimator name; each overrides the preset's
+//! value when set. Bandwidths in GB/s, one direction.
+struct network_overrides {
+  std::optional<std::int32_t> gpus_per_node;
+  std::optional<double> intra_node_gbytes;
+  std::optional<double> inter_node_gbytes;
+};
+
+//! How the caller spells its options, for error messages (the CLI's flags by default; the
+//! Python package passes its keyword names).
+struct option_spelling {
+  std::string_view estimator = "--estimator";
+  std::string_view gpus_per_node = "--gpus-per-node";
+  std::string_view intra_node = "--intra-node-bandwidth";
+  std::string_view inter_node = "--inter-node-bandwidth";
+};
+
+//! `calibrated_cost::fit` of `rows` on nodes of `gpus_per_node` GPUs (default 8), named `name`.
+inline named_estimator calibrated_from_rows(std::span<const calibration_row> rows,
+                                            std::optional<std::int32_t> gpus_per_node,
+                                            std::string name) {
+  return {calibrated_cost::fit(rows, gpus_per_node.value_or(8)), std::move(name)};
+}
+
+//! The estimator named by `spec`: `megatron` (length^2/cp), `calibrated:FILE` (CSV rows fitted,
+//! `read_calibration`), or a transformer preset `MODEL@DEVICE` with `net` applied. Throws
+//! dcpp::error naming the option and the value on an unknown name, an unreadable file, a fit that
+//! cannot be determined, or network settings that do not apply to the estimator.
+inline named_estimator estimator_from_spec(std::string_view spec, const network_overrides& net,
+                                           const option_spelling& say = {}) {
+  const bool rates = net.intra_node_gbytes || net.inter_node_gbytes;
+  if (spec == "megatron") {
+    if (rates || net.gpus_per_node)
+      throw error(status_code::invalid_option,
+                  fmt::format("{}, {} and {} describe the network of a transformer preset or a "
+                              "calibration; {} megatron has none",
+                              say.gpus_per_node, say.intra_node, say.inter_node, say.estimator));
+    return {megatron_cost{}, "megatron"};
+  }
+  if (spec.rfind("calibrated:", 0) == 0) {
+    if (rates)
+      throw error(status_code::invalid_option,
+                  fmt::format("{} and {} do not apply to {} calibrated: the fit measures the "
+                              "links (give {} for the node size the timings were taken on)",
+                              say.intra_node, say.inter_node, say.estimator, say.gpus_per_node));
+    const std::string path(spec.substr(11));
+    std::ifstream in(path);
+    if (!in)
+      throw error(status_code::parse_error,
+                  fmt::format("{} calibrated: cannot open '{}'", say.estimator, path));
+    return calibrated_from_rows(read_calibration(in, path), net.gpus_per_node, std::string(spec));
+  }
+  if (auto preset = transformer_cost::from_preset(spec)) {
+    device_spec device = preset->device();
+    if (net.gpus_per_node)
+      device.network.gpus_per_node = *net.gpus_per_node;
+    if (net.intra_node_gbytes)
+      device.network.intra_node.bytes_per_second = *net.intra_node_gbytes * 1e9;
+    if (net.inter_node_gbytes)
+      device.network.inter_node.bytes_per_second = *net.inter_node_gbytes * 1e9;
+    if (const status s = device.network.check(); !s)
+      throw error(s.code, fmt::format("{} {}: {}", say.estimator, spec, s.message));
+    const transformer_cost model(preset->model(), device);
+    return {model, model.name()};
+  }
+  throw error(status_code::invalid_option,
+              fmt::format("{} '{}' is unknown; use megatron, calibrated:FILE or a preset: {}",
+                          say.estimator, spec, transformer_cost::preset_names()));
+}
+
+//! The packing policies by name.
+inline constexpr std::string_view policy_names[] = {"balanced", "megatron_greedy", "uniform_cp",
+                                                    "static_cp"};
+
+//! A packing policy by name and its settings.
+struct policy_choice {
+  std::string name = "balanced";
+  std::int32_t static_cp_size = 0;      //!< static_cp: the size (0: the smallest that fits all)
+  std::int32_t extra_microbatches = -1; //!< balanced: `balanced::extra_microbatches`
+};
+
+//! Calls `f(packing)` with the packing policy `choice` names; throws dcpp::error on an unknown
+//! name.
+template <class F>
+decltype(auto) with_policy(const policy_choice& choice, F&& f) {
+  if (choice.name == "balanced") {
+    balanced tuned;
+    tuned.extra_microbatches = choice.extra_microbatches;
+    return f(tuned);
+  }
+  if (choice.name == "megatron_greedy")
+    return f(megatron_greedy{});
+  if (choice.name == "uniform_cp")
+    return f(uniform_cp{});
+  if (choice.name == "static_cp")
+    return f(static_cp{choice.static_cp_size});
+  throw error(status_code::invalid_option,
+              fmt::format("policy '{}' is unknown; use balanced, megatron_greedy, uniform_cp or "
+                          "static_cp",
+                          choice.name));
+}
+
+//! Plans `lengths` with `packing` under `estimator` and records `estimator_name` in the plan.
+//! Throws dcpp::error when the batch cannot be planned (the message names the sample, value and
+//! limit).
+template <workload_estimator Estimator, class Packing>
+plan plan_named(const plan_options& options, const Estimator& estimator,
+                std::string_view estimator_name, const Packing& packing,
+                std::span<const std::int64_t> lengths) {
+  const planner<Estimator, Packing> p(options, estimator, packing);
+  throw_if_failed(p.can_plan(lengths));
+  plan result = p.make_plan(lengths);
+  result.estimator = std::string(estimator_name);
+  return result;
+}
+
+} // namespace dcpp
