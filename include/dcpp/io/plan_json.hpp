@@ -209,4 +209,39 @@ inline plan read_plan_json(std::string_view text, std::string_view source = "pla
   return p;
 }
 
+//! The options a dcpp-plan/1 document records (its "options" object); without one, the options
+//! the plan's own fields give (world size, budget) with the defaults for the rest. Throws
+//! dcpp::error naming the field on malformed input.
+inline plan_options read_plan_options_json(std::string_view text,
+                                           std::string_view source = "plan") {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw error(status_code::parse_error, fmt::format("{}: not JSON ({})", source, e.what()));
+  }
+  plan_options o;
+  o.world_size = detail::get_field<std::int32_t>(j, source, "world_size");
+  o.max_tokens_per_rank = detail::get_field<std::int64_t>(j, source, "max_tokens_per_rank");
+  if (!j.contains("options") || j["options"].is_null())
+    return o;
+  const std::string where = fmt::format("{}: options", source);
+  const auto& opt = j["options"];
+  o.world_size = detail::get_field<std::int32_t>(opt, where, "world_size");
+  o.max_tokens_per_rank = detail::get_field<std::int64_t>(opt, where, "max_tokens_per_rank");
+  o.min_cp = detail::get_field<std::int32_t>(opt, where, "min_cp");
+  o.max_cp = detail::get_field<std::int32_t>(opt, where, "max_cp");
+  const auto topology = detail::get_field<std::string>(opt, where, "topology");
+  if (topology != "aligned" && topology != "contiguous")
+    throw error(
+        status_code::parse_error,
+        fmt::format("{}: topology = '{}', expected aligned or contiguous", where, topology));
+  o.group_topology = topology == "contiguous" ? topology::contiguous : topology::aligned;
+  o.padding_unit = detail::get_field<std::int64_t>(opt, where, "padding_unit");
+  o.microbatch_multiple = detail::get_field<std::int32_t>(opt, where, "microbatch_multiple");
+  if (opt.contains("microbatch_overhead") && !opt["microbatch_overhead"].is_null())
+    o.microbatch_overhead = detail::get_field<double>(opt, where, "microbatch_overhead");
+  return o;
+}
+
 } // namespace dcpp

@@ -1,0 +1,240 @@
+"""dcpp: dynamic context parallelism planning for LLM training (the host planner).
+
+``dcpp.plan(lengths, world_size, max_tokens_per_rank, ...)`` plans one step: which samples
+run in which micro-batch on which CP group of ranks. The planning runs in C++ without the GIL.
+``dcpp.megatron.DynamicCPScheduler`` is a drop-in for Megatron-LM's dynamic-CP scheduler and
+``dcpp.verl`` gives each rank its share of a plan. See docs/python.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _dcpp
+from ._dcpp import Calibration
+
+__all__ = [
+    "Calibration",
+    "Group",
+    "Microbatch",
+    "Plan",
+    "plan",
+    "presets",
+    "policies",
+]
+
+__version__ = "0.1.0"
+
+#: The packing policies ``plan(policy=...)`` takes.
+policies = ("balanced", "megatron_greedy", "uniform_cp", "static_cp")
+
+
+def presets() -> list[str]:
+    """The transformer presets (``MODEL@DEVICE``) an estimator name may give."""
+    return _dcpp.presets()
+
+
+@dataclass(frozen=True)
+class Group:
+    """A CP group of one micro-batch: ranks ``first_rank .. first_rank + cp - 1`` run the
+    samples ``samples`` (indices into the plan's lengths) together; ``tokens`` per rank
+    (padding included) and ``time`` per rank in the estimator's unit."""
+
+    first_rank: int
+    cp: int
+    samples: np.ndarray
+    tokens: int
+    time: float
+
+    @property
+    def ranks(self) -> range:
+        return range(self.first_rank, self.first_rank + self.cp)
+
+
+@dataclass(frozen=True)
+class Microbatch:
+    """One micro-batch (round): its groups, its time (the slowest group's) and idle ranks."""
+
+    groups: tuple[Group, ...]
+    time: float
+    idle_ranks: int
+
+
+class Plan:
+    """A plan made by :func:`plan` or read by :meth:`from_json`."""
+
+    def __init__(self, native: "_dcpp.Plan"):
+        self._native = native
+        self._microbatches: Optional[tuple[Microbatch, ...]] = None
+
+    # -- what the plan says
+    @property
+    def microbatches(self) -> tuple[Microbatch, ...]:
+        if self._microbatches is None:
+            out = []
+            for m in range(self._native.microbatch_count):
+                groups, time, idle = self._native._groups(m)
+                out.append(Microbatch(tuple(Group(**g) for g in groups), time, idle))
+            self._microbatches = tuple(out)
+        return self._microbatches
+
+    def __len__(self) -> int:
+        return self._native.microbatch_count
+
+    def __iter__(self):
+        return iter(self.microbatches)
+
+    world_size = property(lambda self: self._native.world_size)
+    max_tokens_per_rank = property(lambda self: self._native.max_tokens_per_rank)
+    policy = property(lambda self: self._native.policy)
+    estimator = property(lambda self: self._native.estimator)
+    lengths = property(lambda self: self._native._lengths(), doc="sample lengths (int64 array)")
+    metrics = property(lambda self: self._native.metrics, doc="step time, bound, efficiency...")
+    options = property(lambda self: self._native.options, doc="the options it was planned with")
+
+    def rank_samples(self, microbatch: int) -> list[np.ndarray]:
+        """Per rank, the samples it runs in ``microbatch`` (every rank of a CP group lists the
+        group's samples; an idle rank an empty array)."""
+        out = [np.empty(0, dtype=np.int32) for _ in range(self.world_size)]
+        for g in self.microbatches[microbatch].groups:
+            for r in g.ranks:
+                out[r] = g.samples
+        return out
+
+    def route(self, microbatch: int, rank: int, padding_unit: Optional[int] = None) -> dict:
+        """Rank ``rank``'s buffer in ``microbatch``, as the router builds it: ``index`` (int64, one
+        entry per token of the rank's THD buffer: the token's index in the batch's tokens
+        concatenated in sample order, -1 on padding), ``position_ids`` (position inside its
+        sample, zigzag order), ``samples``, ``cu_seqlens`` and ``cu_seqlens_padded`` (int32, whole
+        sequences, as the THD attention kernels take them), ``first_rank``, ``cp``,
+        ``rank_in_group`` and ``idle``. ``tokens[index[index >= 0]]`` gathers the rank's real
+        tokens from a flat tensor of the batch."""
+        return self._native.route(microbatch, rank, padding_unit)
+
+    # -- formats
+    def to_json(self) -> str:
+        """The dcpp-plan/1 document (the text ``dcpp-plan --json`` writes for the same input)."""
+        return self._native.to_json()
+
+    @staticmethod
+    def from_json(text: str) -> "Plan":
+        """Reads a dcpp-plan/1 document (ValueError naming the field when malformed)."""
+        return Plan(_dcpp.Plan.from_json(text))
+
+    def svg(self, title: str = "") -> str:
+        """A picture of the plan (ranks across, micro-batches down)."""
+        return self._native.svg(title)
+
+    def validate(self) -> None:
+        """Raises ValueError unless every sample is placed exactly once, in a legal group, within
+        the token budget."""
+        self._native.validate()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Plan) and self._native == other._native
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        m = self.metrics
+        return (
+            f"<dcpp.Plan {len(self.lengths)} samples on {self.world_size} ranks, "
+            f"{len(self)} micro-batches, policy {self.policy}, estimator {self.estimator}, "
+            f"efficiency {m['efficiency']:.4f}>"
+        )
+
+
+def _lengths(lengths: Any) -> np.ndarray:
+    """The lengths as a contiguous int64 array: no copy when they already are one."""
+    a = np.asarray(lengths)
+    if a.size == 0 and a.dtype.kind == "f":
+        a = a.astype(np.int64)  # an empty list; dcpp then says the batch is empty
+    if a.ndim != 1:
+        raise ValueError(f"lengths: expected one length per sample (1-D), got shape {a.shape}")
+    if a.dtype.kind == "b" or a.dtype.kind not in "iu":
+        raise ValueError(
+            f"lengths: expected integers, got {a.dtype}"
+            + (" (lengths are token counts: round them yourself)" if a.dtype.kind == "f" else "")
+        )
+    if a.dtype.kind == "u" and a.size and int(a.max()) > np.iinfo(np.int64).max:
+        i = int(np.argmax(a))
+        raise ValueError(f"lengths: sample {i} has length {int(a[i])}, above 2^63 - 1")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+Estimator = Union[str, Calibration, Callable[[int, int], float]]
+
+
+def plan(
+    lengths: Union[Sequence[int], np.ndarray],
+    world_size: int,
+    max_tokens_per_rank: int,
+    *,
+    policy: str = "balanced",
+    estimator: Estimator = "llama3-8b@h100",
+    min_cp: int = 1,
+    max_cp: int = 0,
+    topology: str = "aligned",
+    microbatch_multiple: int = 1,
+    padding_unit: int = 1,
+    extra_microbatches: int = -1,
+    microbatch_overhead: Optional[float] = None,
+    static_cp: int = 0,
+    gpus_per_node: Optional[int] = None,
+    intra_node_bandwidth: Optional[float] = None,
+    inter_node_bandwidth: Optional[float] = None,
+) -> Plan:
+    """Plans one step of dynamic context parallelism for the samples ``lengths``.
+
+    The keywords are ``dcpp-plan``'s options with underscores (docs/cli.md). ``estimator`` is a
+    preset name (``presets()``), ``"megatron"`` (length^2/cp), ``"calibrated:FILE"``, a
+    :class:`Calibration`, or a callable ``cost(length, cp) -> seconds`` that is called once per
+    distinct length and CP size before planning (a cost table: deterministic, finite, >= 0,
+    non-decreasing in length). Raises ValueError with dcpp's message (sample, value, limit) when
+    the batch cannot be planned.
+    """
+    if policy not in policies:
+        raise ValueError(f"policy = {policy!r}; use one of {', '.join(policies)}")
+    return Plan(
+        _dcpp._plan(
+            _lengths(lengths),
+            world_size,
+            max_tokens_per_rank,
+            policy,
+            estimator,
+            min_cp,
+            max_cp,
+            topology,
+            microbatch_multiple,
+            padding_unit,
+            extra_microbatches,
+            microbatch_overhead,
+            static_cp,
+            gpus_per_node,
+            intra_node_bandwidth,
+            inter_node_bandwidth,
+        )
+    )
+
+
+def fit_calibration(
+    rows: Optional[Iterable[Sequence[Any]]] = None,
+    csv: Optional[str] = None,
+    gpus_per_node: Optional[int] = None,
+) -> Calibration:
+    """The calibrated estimator fitted to measured ``rows`` (``(length, cp, seconds)`` and
+    optionally ``("microbatch", seconds)``) or to a CSV file in dcpp-plan's format (docs/cli.md);
+    its ``report`` says how well it fits. Raises ValueError on a fit the rows cannot determine."""
+    if (rows is None) == (csv is None):
+        raise ValueError("fit_calibration: give rows or csv (one of them)")
+    if csv is not None:
+        return Calibration.from_csv(str(csv), gpus_per_node)
+    return Calibration.from_rows(list(rows), gpus_per_node)
+
+
+__all__.append("fit_calibration")
+
+from . import megatron, verl  # noqa: E402  (the helpers build on the names above)

@@ -1,0 +1,470 @@
+// The Python extension `dcpp._dcpp`: the host planner (every estimator and packing policy by
+// name, a calibration fitted from rows or a CSV, a Python cost callable tabulated once per
+// distinct length and size), the plan (groups as numpy arrays, JSON, SVG, validation, each rank's
+// zigzag token route) and dcpp's errors as ValueError. The pure-Python layer (dcpp/__init__.py,
+// megatron.py, verl.py) builds on it.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "dcpp/core/zigzag.hpp"
+#include "dcpp/dcpp.hpp"
+#include "dcpp/io/by_name.hpp"
+#include "dcpp/route/route.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// numpy arrays that own a copy of a vector
+
+template <class T>
+nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::vector<T> values) {
+  auto* heap = new std::vector<T>(std::move(values));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(heap->data(), {heap->size()}, owner);
+}
+
+using lengths_array = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+std::span<const std::int64_t> as_span(const lengths_array& a) {
+  return {a.data(), a.shape(0)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// A cost table filled from a Python callable before planning (with the GIL), read while planning
+// (without it)
+
+struct cost_table {
+  std::vector<std::int64_t> lengths; // ascending, distinct
+  std::vector<std::int32_t> sizes;   // ascending
+  std::vector<double> values;        // lengths x sizes; NaN where not asked
+};
+
+//! `cost(length, cp)` from the table. A query the table does not hold is an error, never a
+//! silent call back into Python (the planner runs without the GIL).
+struct table_cost {
+  std::shared_ptr<const cost_table> table;
+
+  [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const {
+    const auto& t = *table;
+    const auto l = std::lower_bound(t.lengths.begin(), t.lengths.end(), length);
+    const auto c = std::lower_bound(t.sizes.begin(), t.sizes.end(), cp);
+    if (l != t.lengths.end() && *l == length && c != t.sizes.end() && *c == cp) {
+      const double v = t.values[static_cast<std::size_t>(l - t.lengths.begin()) * t.sizes.size() +
+                                static_cast<std::size_t>(c - t.sizes.begin())];
+      if (!std::isnan(v))
+        return v;
+    }
+    throw dcpp::error(dcpp::status_code::invalid_option,
+                      fmt::format("estimator: the planner asked for cost({}, {}), which the cost "
+                                  "table does not hold",
+                                  length, cp));
+  }
+};
+static_assert(dcpp::workload_estimator<table_cost>);
+
+//! Calls `fn(length, cp)` once per distinct length of the batch and legal size at or above that
+//! length's smallest feasible size.
+std::shared_ptr<const cost_table> tabulate(const nb::callable& fn, const dcpp::plan_options& o,
+                                           std::span<const std::int64_t> lengths) {
+  dcpp::throw_if_failed(dcpp::check_problem(o, lengths));
+  const dcpp::problem pr = dcpp::make_problem(o, lengths);
+  auto t = std::make_shared<cost_table>();
+  t->sizes = pr.cp_sizes;
+  std::vector<std::pair<std::int64_t, std::int32_t>> smallest; // (length, its smallest cp)
+  smallest.reserve(pr.size());
+  for (std::size_t s = 0; s < pr.size(); ++s)
+    smallest.emplace_back(pr.lengths[s], pr.min_cp_of[s]);
+  std::sort(smallest.begin(), smallest.end());
+  smallest.erase(std::unique(smallest.begin(), smallest.end(),
+                             [](const auto& a, const auto& b) { return a.first == b.first; }),
+                 smallest.end());
+  t->lengths.reserve(smallest.size());
+  for (const auto& [length, cp] : smallest)
+    t->lengths.push_back(length);
+  t->values.assign(t->lengths.size() * t->sizes.size(), std::nan(""));
+  for (std::size_t l = 0; l < smallest.size(); ++l)
+    for (std::size_t c = 0; c < t->sizes.size(); ++c) {
+      const std::int64_t length = smallest[l].first;
+      const std::int32_t cp = t->sizes[c];
+      if (cp < smallest[l].second)
+        continue;
+      const nb::object result = fn(length, cp);
+      double value = 0;
+      if (!nb::try_cast(result, value))
+        throw nb::value_error(fmt::format("estimator: cost({}, {}) returned {}, not a number",
+                                          length, cp, nb::repr(result).c_str())
+                                  .c_str());
+      if (!std::isfinite(value) || value < 0)
+        throw nb::value_error(fmt::format("estimator: cost({}, {}) = {}; a cost must be finite "
+                                          "and >= 0",
+                                          length, cp, value)
+                                  .c_str());
+      t->values[l * t->sizes.size() + c] = value;
+    }
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A calibration, fitted once and reusable
+
+struct calibration {
+  dcpp::calibrated_cost fitted;
+  std::string name;
+};
+
+calibration fit_rows(const nb::iterable& rows, std::optional<std::int32_t> gpus_per_node) {
+  std::vector<dcpp::calibration_row> parsed;
+  std::size_t index = 0;
+  for (nb::handle row : rows) {
+    ++index;
+    const auto fields = nb::cast<std::vector<nb::object>>(nb::borrow(row));
+    dcpp::calibration_row r;
+    if (fields.size() == 2 && nb::isinstance<nb::str>(fields[0]) &&
+        nb::cast<std::string>(fields[0]) == "microbatch") {
+      r.microbatch = true;
+      r.seconds = nb::cast<double>(fields[1]);
+    } else if (fields.size() == 3) {
+      r.length = nb::cast<std::int64_t>(fields[0]);
+      const auto cp = nb::cast<std::int64_t>(fields[1]);
+      if (cp < 1 || cp > std::numeric_limits<std::int32_t>::max())
+        throw nb::value_error(fmt::format("rows[{}]: cp = {} must be in [1, {}]", index - 1, cp,
+                                          std::numeric_limits<std::int32_t>::max())
+                                  .c_str());
+      r.cp = static_cast<std::int32_t>(cp);
+      r.seconds = nb::cast<double>(fields[2]);
+    } else {
+      throw nb::value_error(fmt::format("rows[{}]: expected (length, cp, seconds) or "
+                                        "('microbatch', seconds), got {}",
+                                        index - 1, nb::repr(row).c_str())
+                                .c_str());
+    }
+    parsed.push_back(r);
+  }
+  auto named = dcpp::calibrated_from_rows(parsed, gpus_per_node, "calibrated");
+  return {std::get<dcpp::calibrated_cost>(std::move(named.estimator)), named.name};
+}
+
+calibration fit_csv(const std::string& path, std::optional<std::int32_t> gpus_per_node) {
+  std::ifstream in(path);
+  if (!in)
+    throw dcpp::error(dcpp::status_code::io_error,
+                      fmt::format("calibration: cannot open '{}'", path));
+  auto named = dcpp::calibrated_from_rows(dcpp::read_calibration(in, path), gpus_per_node,
+                                          "calibrated:" + path);
+  return {std::get<dcpp::calibrated_cost>(std::move(named.estimator)), named.name};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plan as Python sees it
+
+struct py_plan {
+  dcpp::plan plan;
+  dcpp::plan_options options;
+};
+
+nb::dict metrics_dict(const dcpp::plan& p) {
+  const auto& m = p.metrics;
+  nb::dict d;
+  d["estimated_step_time"] = m.estimated_step_time;
+  d["lower_bound"] = m.lower_bound;
+  d["efficiency"] = m.efficiency;
+  d["plan_seconds"] = m.plan_seconds;
+  d["microbatches"] = p.microbatches.size();
+  d["min_microbatches"] = m.min_microbatches;
+  d["microbatch_overhead"] = m.microbatch_overhead;
+  d["max_rank_load"] = m.max_rank_load;
+  d["mean_rank_load"] = m.mean_rank_load;
+  d["idle_rank_slots"] = m.idle_rank_slots;
+  return d;
+}
+
+//! One rank's part of micro-batch `mb`: its group, the THD layout and, per token of its buffer,
+//! the global token index it receives (samples concatenated in batch order; -1 on padding) and
+//! its position inside its sample (zigzag order, padding continuing past the real length).
+nb::dict route_of(const py_plan& self, std::size_t mb, std::int32_t rank,
+                  std::optional<std::int64_t> padding_unit) {
+  const auto& p = self.plan;
+  if (mb >= p.microbatches.size())
+    throw nb::index_error(
+        fmt::format("microbatch {} is out of range: the plan has {}", mb, p.microbatches.size())
+            .c_str());
+  if (rank < 0 || rank >= p.world_size)
+    throw nb::index_error(
+        fmt::format("rank {} is out of range: the plan has {} ranks", rank, p.world_size).c_str());
+  const std::int64_t unit = padding_unit.value_or(self.options.padding_unit);
+  if (unit < 1)
+    throw nb::value_error(fmt::format("padding_unit = {} must be >= 1", unit).c_str());
+  // every sample on "rank 0" at its offset in the concatenated batch: source offsets are then
+  // global token indices
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(p.world_size), 0);
+  counts[0] = static_cast<std::int64_t>(p.lengths.size());
+  const auto origins = dcpp::sample_origins::from_counts(counts, p.lengths);
+  const dcpp::rank_route route = dcpp::make_rank_route(p, origins, mb, rank, unit);
+  const dcpp::thd_layout& l = route.layout;
+  const auto tokens = static_cast<std::size_t>(l.tokens());
+  std::vector<std::int64_t> index(tokens, -1), position(tokens, 0);
+  for (const auto& seg : route.recv[0])
+    for (std::int64_t t = 0; t < seg.count; ++t)
+      index[static_cast<std::size_t>(seg.dest_offset + t)] = seg.source_offset + t;
+  for (std::size_t i = 0; i + 1 < l.cu_seqlens_padded.size(); ++i) {
+    const std::int64_t padded = l.cu_seqlens_padded[i + 1] - l.cu_seqlens_padded[i];
+    const std::int64_t base = l.cu_seqlens_padded[i] / l.cp;
+    for (std::int64_t j = 0; j < padded / l.cp; ++j)
+      position[static_cast<std::size_t>(base + j)] =
+          dcpp::zigzag_position(padded, l.cp, l.rank_in_group, j);
+  }
+  nb::dict d;
+  d["microbatch"] = mb;
+  d["rank"] = rank;
+  d["idle"] = l.idle();
+  d["first_rank"] = l.first_rank;
+  d["cp"] = l.cp;
+  d["rank_in_group"] = l.rank_in_group;
+  d["samples"] = to_numpy(l.samples);
+  d["cu_seqlens"] = to_numpy(l.cu_seqlens);
+  d["cu_seqlens_padded"] = to_numpy(l.cu_seqlens_padded);
+  d["index"] = to_numpy(std::move(index));
+  d["position_ids"] = to_numpy(std::move(position));
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// planning
+
+const dcpp::option_spelling python_spelling{"estimator", "gpus_per_node", "intra_node_bandwidth",
+                                            "inter_node_bandwidth"};
+
+struct plan_request {
+  dcpp::plan_options options;
+  dcpp::policy_choice policy;
+  dcpp::network_overrides network;
+};
+
+template <class Estimator>
+py_plan plan_with(const plan_request& rq, const Estimator& estimator, const std::string& name,
+                  std::span<const std::int64_t> lengths) {
+  py_plan out;
+  out.options = rq.options;
+  nb::gil_scoped_release release; // the planner touches no Python object
+  out.plan = dcpp::with_policy(rq.policy, [&](const auto& packing) {
+    return dcpp::plan_named(rq.options, estimator, name, packing, lengths);
+  });
+  return out;
+}
+
+py_plan plan_py(const lengths_array& lengths_in, std::int32_t world_size,
+                std::int64_t max_tokens_per_rank, const std::string& policy,
+                const nb::object& estimator, std::int32_t min_cp, std::int32_t max_cp,
+                const std::string& topology, std::int32_t microbatch_multiple,
+                std::int64_t padding_unit, std::int32_t extra_microbatches,
+                std::optional<double> microbatch_overhead, std::int32_t static_cp,
+                std::optional<std::int32_t> gpus_per_node,
+                std::optional<double> intra_node_bandwidth,
+                std::optional<double> inter_node_bandwidth) {
+  const auto lengths = as_span(lengths_in);
+  plan_request rq;
+  auto& o = rq.options;
+  o.world_size = world_size;
+  o.max_tokens_per_rank = max_tokens_per_rank;
+  o.min_cp = min_cp;
+  o.max_cp = max_cp;
+  if (topology != "aligned" && topology != "contiguous")
+    throw nb::value_error(
+        fmt::format("topology = '{}'; use 'aligned' or 'contiguous'", topology).c_str());
+  o.group_topology =
+      topology == "contiguous" ? dcpp::topology::contiguous : dcpp::topology::aligned;
+  o.microbatch_multiple = microbatch_multiple;
+  o.padding_unit = padding_unit;
+  if (microbatch_overhead && !(*microbatch_overhead >= 0 && std::isfinite(*microbatch_overhead)))
+    throw nb::value_error(
+        fmt::format("microbatch_overhead = {} must be finite and >= 0", *microbatch_overhead)
+            .c_str());
+  o.microbatch_overhead = microbatch_overhead;
+  if (extra_microbatches < -1)
+    throw nb::value_error(
+        fmt::format("extra_microbatches = {} must be >= -1 (-1: up to as many again as the "
+                    "minimum)",
+                    extra_microbatches)
+            .c_str());
+  rq.policy = {policy, static_cp, extra_microbatches};
+  if (gpus_per_node && *gpus_per_node < 1)
+    throw nb::value_error(fmt::format("gpus_per_node = {} must be >= 1", *gpus_per_node).c_str());
+  for (const auto& [name, value] : {std::pair{"intra_node_bandwidth", intra_node_bandwidth},
+                                    std::pair{"inter_node_bandwidth", inter_node_bandwidth}})
+    if (value && !(*value > 0 && std::isfinite(*value)))
+      throw nb::value_error(
+          fmt::format("{} = {} must be a positive number of GB/s", name, *value).c_str());
+  rq.network = {gpus_per_node, intra_node_bandwidth, inter_node_bandwidth};
+  dcpp::throw_if_failed(dcpp::check_problem(o, lengths));
+
+  if (nb::isinstance<nb::str>(estimator)) {
+    const auto named =
+        dcpp::estimator_from_spec(nb::cast<std::string>(estimator), rq.network, python_spelling);
+    return std::visit([&](const auto& e) { return plan_with(rq, e, named.name, lengths); },
+                      named.estimator);
+  }
+  if (nb::isinstance<calibration>(estimator)) {
+    if (gpus_per_node || intra_node_bandwidth || inter_node_bandwidth)
+      throw nb::value_error("gpus_per_node, intra_node_bandwidth and inter_node_bandwidth do not "
+                            "apply to a Calibration: give gpus_per_node to Calibration.fit");
+    const auto& c = nb::cast<const calibration&>(estimator);
+    return plan_with(rq, c.fitted, c.name, lengths);
+  }
+  if (nb::isinstance<nb::callable>(estimator)) {
+    if (gpus_per_node || intra_node_bandwidth || inter_node_bandwidth)
+      throw nb::value_error("gpus_per_node, intra_node_bandwidth and inter_node_bandwidth do not "
+                            "apply to a cost callable: it prices the network itself");
+    const table_cost table{tabulate(nb::borrow<nb::callable>(estimator), o, lengths)};
+    std::string name = "python";
+    if (nb::hasattr(estimator, "__name__"))
+      name = "python:" + nb::cast<std::string>(nb::str(estimator.attr("__name__")));
+    return plan_with(rq, table, name, lengths);
+  }
+  throw nb::type_error(fmt::format("estimator: expected a name (str), a Calibration or a "
+                                   "callable cost(length, cp), got {}",
+                                   nb::repr(estimator.type()).c_str())
+                           .c_str());
+}
+
+} // namespace
+
+NB_MODULE(_dcpp, m) {
+  m.doc() = "dcpp's host planner (C++), wrapped by the dcpp package";
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const dcpp::error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  m.def(
+      "presets",
+      [] {
+        std::vector<std::string> names;
+        std::stringstream all(dcpp::transformer_cost::preset_names());
+        for (std::string name; std::getline(all, name, ',');)
+          names.push_back(name.substr(name.find_first_not_of(' ')));
+        return names;
+      },
+      "The transformer presets MODEL@DEVICE an estimator name may give.");
+
+  nb::class_<calibration>(m, "Calibration",
+                          "The calibrated estimator fitted to measured rows (see Calibration.fit).")
+      .def_static("from_rows", &fit_rows, "rows"_a, "gpus_per_node"_a = nb::none())
+      .def_static("from_csv", &fit_csv, "path"_a, "gpus_per_node"_a = nb::none())
+      .def_prop_ro("name", [](const calibration& c) { return c.name; })
+      .def_prop_ro("gpus_per_node", [](const calibration& c) { return c.fitted.gpus_per_node(); })
+      .def_prop_ro("microbatch_overhead",
+                   [](const calibration& c) { return c.fitted.microbatch_overhead(); })
+      .def_prop_ro("report",
+                   [](const calibration& c) {
+                     const auto& r = c.fitted.report();
+                     nb::dict d;
+                     d["rows"] = r.rows;
+                     d["coefficients"] = r.coefficients;
+                     d["rms_relative"] = r.rms_relative;
+                     d["max_relative"] = r.max_relative;
+                     d["worst_row"] = r.worst_row;
+                     return d;
+                   })
+      .def("cost", [](const calibration& c, std::int64_t length, std::int32_t cp) {
+        return c.fitted.cost(length, cp);
+      });
+
+  nb::class_<py_plan>(m, "Plan")
+      .def_prop_ro("world_size", [](const py_plan& p) { return p.plan.world_size; })
+      .def_prop_ro("max_tokens_per_rank",
+                   [](const py_plan& p) { return p.plan.max_tokens_per_rank; })
+      .def_prop_ro("policy", [](const py_plan& p) { return p.plan.policy; })
+      .def_prop_ro("estimator", [](const py_plan& p) { return p.plan.estimator; })
+      .def("_lengths", [](const py_plan& p) { return to_numpy(p.plan.lengths); })
+      .def_prop_ro("metrics", [](const py_plan& p) { return metrics_dict(p.plan); })
+      .def_prop_ro("options",
+                   [](const py_plan& p) {
+                     const auto& o = p.options;
+                     nb::dict d;
+                     d["world_size"] = o.world_size;
+                     d["max_tokens_per_rank"] = o.max_tokens_per_rank;
+                     d["min_cp"] = o.min_cp;
+                     d["max_cp"] = o.effective_max_cp();
+                     d["topology"] = std::string(dcpp::to_string(o.group_topology));
+                     d["padding_unit"] = o.padding_unit;
+                     d["microbatch_multiple"] = o.microbatch_multiple;
+                     d["microbatch_overhead"] = o.microbatch_overhead;
+                     return d;
+                   })
+      .def_prop_ro("microbatch_count", [](const py_plan& p) { return p.plan.microbatches.size(); })
+      .def(
+          "_groups",
+          [](const py_plan& p, std::size_t mb) {
+            if (mb >= p.plan.microbatches.size())
+              throw nb::index_error(fmt::format("microbatch {} is out of range: the plan has {}",
+                                                mb, p.plan.microbatches.size())
+                                        .c_str());
+            const auto& m = p.plan.microbatches[mb];
+            nb::list groups;
+            for (const auto& g : m.groups) {
+              nb::dict d;
+              d["first_rank"] = g.first_rank;
+              d["cp"] = g.cp;
+              d["samples"] = to_numpy(g.samples);
+              d["tokens"] = g.tokens;
+              d["time"] = g.time;
+              groups.append(d);
+            }
+            return nb::make_tuple(groups, m.time, m.idle_ranks);
+          },
+          "microbatch"_a)
+      .def("to_json", [](const py_plan& p) { return dcpp::write_plan_json(p.plan, p.options); })
+      .def_static(
+          "from_json",
+          [](const std::string& text) {
+            return py_plan{dcpp::read_plan_json(text), dcpp::read_plan_options_json(text)};
+          },
+          "text"_a)
+      .def(
+          "svg",
+          [](const py_plan& p, const std::string& title) {
+            return dcpp::write_plan_svg(p.plan, title);
+          },
+          "title"_a = "")
+      .def("validate",
+           [](const py_plan& p) { dcpp::throw_if_failed(dcpp::validate(p.plan, p.options)); })
+      .def("route", &route_of, "microbatch"_a, "rank"_a, "padding_unit"_a = nb::none())
+      .def("__eq__", [](const py_plan& a, const py_plan& b) {
+        auto strip = [](dcpp::plan p) {
+          p.metrics.plan_seconds = 0;
+          return p;
+        };
+        return strip(a.plan) == strip(b.plan);
+      });
+
+  m.def("_plan", &plan_py, "lengths"_a, "world_size"_a, "max_tokens_per_rank"_a, "policy"_a,
+        "estimator"_a, "min_cp"_a, "max_cp"_a, "topology"_a, "microbatch_multiple"_a,
+        "padding_unit"_a, "extra_microbatches"_a, "microbatch_overhead"_a.none(), "static_cp"_a,
+        "gpus_per_node"_a.none(), "intra_node_bandwidth"_a.none(), "inter_node_bandwidth"_a.none());
+}

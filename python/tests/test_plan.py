@@ -1,0 +1,281 @@
+"""dcpp.plan: the same plans as the CLI, inputs, estimators (a Python cost), errors, the plan
+object (JSON, SVG, validation, routes)."""
+import json
+import re
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+import dcpp
+from conftest import load, workload_params
+
+
+def strip_timing(text):
+    """The plan JSON with its one timing field zeroed (the planning time differs run to run)."""
+    out, n = re.subn(r'"plan_seconds":[^,}]*', '"plan_seconds":0', text)
+    assert n == 1
+    return out
+
+
+def cli_json(cli, args, stdin=None):
+    r = subprocess.run([cli, *args, "--json", "-"], input=stdin, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def groups_of(plan):
+    return [[(g.first_rank, g.cp, g.samples.tolist()) for g in mb.groups] for mb in plan]
+
+
+# ---- the CLI's plans, bit for bit ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", workload_params())
+@pytest.mark.parametrize("policy", ["balanced", "megatron_greedy", "uniform_cp"])
+@pytest.mark.parametrize("estimator", ["llama3-8b@h100", "megatron"])
+def test_plans_equal_the_cli_on_the_shared_workloads(cli, path, policy, estimator):
+    w = load(path)
+    text = cli_json(cli, [w["path"], "--policy", policy, "--estimator", estimator])
+    p = dcpp.plan(
+        w["lengths"],
+        w["world_size"],
+        w["max_tokens_per_rank"],
+        policy=policy,
+        estimator=estimator,
+        min_cp=w["min_cp"],
+        microbatch_multiple=w["microbatch_multiple"],
+    )
+    assert strip_timing(p.to_json()) == strip_timing(text)
+    p.validate()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_plans_equal_the_cli_at_awkward_sizes_and_options(cli, seed):
+    rng = np.random.default_rng(seed)
+    world = int(rng.choice([6, 12, 24, 40]))
+    lengths = np.maximum(1, rng.lognormal(7, 1.4, int(rng.integers(37, 301)))).astype(np.int64)
+    budget = int(max(lengths.max() // world + 16, 3000))  # padding: +8 tokens per rank at most
+    args = ["-", "--world-size", str(world), "--max-tokens-per-rank", str(budget),
+            "--topology", "contiguous", "--padding-unit", "4", "--gpus-per-node", "4",
+            "--inter-node-bandwidth", "25", "--microbatch-overhead", "0.002",
+            "--extra-microbatches", "2"]
+    text = cli_json(cli, args, stdin="\n".join(map(str, lengths.tolist())) + "\n")
+    p = dcpp.plan(lengths, world, budget, topology="contiguous", padding_unit=4,
+                  gpus_per_node=4, inter_node_bandwidth=25, microbatch_overhead=0.002,
+                  extra_microbatches=2)
+    assert strip_timing(p.to_json()) == strip_timing(text)
+
+
+def test_calibrated_file_plans_like_the_cli(cli, tmp_path):
+    rows = ["length,cp,seconds"]
+    for length in (1000, 2000, 4000, 8000, 16000, 32000):
+        for cp in (1, 2, 4, 8, 16):
+            t = 1e-6 * length / cp + 2e-10 * length * length / cp + (cp > 1) * 1e-4 * (cp - 1)
+            rows.append(f"{length},{cp},{t:.9g}")
+    rows.append("microbatch,0.001")
+    csv = tmp_path / "cal.csv"
+    csv.write_text("\n".join(rows) + "\n")
+    lengths = [300, 31000, 9000, 1200, 15000, 700, 4000] * 5
+    text = cli_json(cli, ["-", "--world-size", "16", "--max-tokens-per-rank", "8192",
+                          "--estimator", f"calibrated:{csv}"],
+                    stdin="\n".join(map(str, lengths)) + "\n")
+    by_name = dcpp.plan(lengths, 16, 8192, estimator=f"calibrated:{csv}")
+    assert strip_timing(by_name.to_json()) == strip_timing(text)
+    fitted = dcpp.fit_calibration(csv=csv)
+    assert fitted.name == f"calibrated:{csv}"
+    assert strip_timing(dcpp.plan(lengths, 16, 8192, estimator=fitted).to_json()) == strip_timing(text)
+    assert fitted.microbatch_overhead == pytest.approx(0.001)
+    assert fitted.report["rows"] == 31
+
+
+# ---- inputs --------------------------------------------------------------------------------
+
+
+def test_lists_and_integer_arrays_give_the_same_plan():
+    rng = np.random.default_rng(7)
+    lengths = rng.integers(1, 20000, 211)
+    base = dcpp.plan(lengths.astype(np.int64), 24, 8192, topology="contiguous")
+    for form in (lengths.tolist(), lengths.astype(np.int32), lengths.astype(np.uint16 if lengths.max() < 65536 else np.int64),
+                 tuple(lengths.tolist()), lengths.astype(np.int64)[::-1][::-1]):
+        assert dcpp.plan(form, 24, 8192, topology="contiguous") == base
+
+
+def test_int64_arrays_are_not_copied():
+    a = np.arange(1, 100, dtype=np.int64)
+    assert dcpp._lengths(a) is a
+    assert dcpp._lengths(a.astype(np.int32)) is not a
+
+
+@pytest.mark.parametrize(
+    "lengths, message",
+    [
+        ([100, -5], "sample 1: length = -5"),
+        ([100, 0, 7], "sample 1"),
+        ([100.0, 5.5], "expected integers, got float64"),
+        ([[1, 2]], "1-D"),
+        ([True, False], "expected integers, got bool"),
+        ([2**70], "expected integers"),
+        ([], "empty"),
+        ([10, 10**9], "sample 1"),
+    ],
+)
+def test_bad_lengths_raise_valueerror_naming_the_sample(lengths, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        dcpp.plan(lengths, 8, 4096)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"policy": "fastest"}, "policy = 'fastest'"),
+        ({"estimator": "gpt9"}, "estimator 'gpt9' is unknown"),
+        ({"estimator": 3}, "estimator: expected a name"),
+        ({"topology": "ring"}, "topology = 'ring'"),
+        ({"min_cp": 3}, "min_cp = 3"),
+        ({"max_tokens_per_rank": 1}, "max_tokens_per_rank = 1"),
+        ({"microbatch_overhead": -1.0}, "microbatch_overhead = -1"),
+        ({"microbatch_overhead": float("nan")}, "microbatch_overhead = nan"),
+        ({"extra_microbatches": -2}, "extra_microbatches = -2"),
+        ({"gpus_per_node": 0}, "gpus_per_node = 0"),
+        ({"inter_node_bandwidth": 0.0}, "inter_node_bandwidth = 0"),
+        ({"estimator": "megatron", "gpus_per_node": 4}, "estimator megatron has none"),
+    ],
+)
+def test_bad_options_raise_with_the_option_and_value(kwargs, message):
+    args = {"world_size": 8, "max_tokens_per_rank": 4096, **kwargs}
+    exc = TypeError if kwargs.get("estimator") == 3 else ValueError
+    with pytest.raises(exc, match=re.escape(message)):
+        dcpp.plan([100, 5000, 20000], **args)
+
+
+# ---- a cost written in Python -------------------------------------------------------------
+
+
+def test_a_python_cost_plans_as_the_same_cost_in_cpp():
+    rng = np.random.default_rng(11)
+    lengths = rng.integers(50, 60000, 517)
+    cpp = dcpp.plan(lengths, 32, 16384, estimator="megatron")
+    py = dcpp.plan(lengths, 32, 16384, estimator=lambda length, cp: length * length / cp)
+    assert groups_of(py) == groups_of(cpp)
+    assert py.metrics["estimated_step_time"] == cpp.metrics["estimated_step_time"]
+    assert py.estimator == "python:<lambda>"
+
+    # a calibration's own cost, through Python, plans as the calibration (no micro-batch rows:
+    # both take the default overhead)
+    rows = [(n, cp, 1e-6 * n / cp + 1e-10 * n * n / cp + 2e-5 * (cp - 1))
+            for n in (500, 1000, 2000, 4000, 8000, 16000, 32000, 64000) for cp in (1, 2, 4, 8, 16, 32)]
+    cal = dcpp.fit_calibration(rows=rows)
+    a = dcpp.plan(lengths, 32, 16384, estimator=cal)
+    b = dcpp.plan(lengths, 32, 16384, estimator=cal.cost)
+    assert groups_of(a) == groups_of(b)
+
+
+def test_the_cost_callable_is_called_once_per_distinct_length_and_size():
+    lengths = [100, 5000, 100, 20000, 5000, 3, 20000, 77777]
+    calls = []
+
+    def cost(length, cp):
+        calls.append((length, cp))
+        return length * (1 + length / 4096) / cp
+
+    dcpp.plan(lengths, 16, 8192, estimator=cost)
+    assert len(calls) == len(set(calls))
+    # each distinct length at every power-of-two size from its smallest feasible one
+    expected = set()
+    for n in set(lengths):
+        cp = 1
+        while -(-n // (2 * cp)) * 2 > 8192:
+            cp *= 2
+        while cp <= 16:
+            expected.add((n, cp))
+            cp *= 2
+    assert set(calls) == expected
+
+
+@pytest.mark.parametrize(
+    "cost, message",
+    [
+        (lambda n, cp: float("nan"), "= nan; a cost must be finite"),
+        (lambda n, cp: -1.0, "= -1; a cost must be finite and >= 0"),
+        (lambda n, cp: float("inf"), "= inf"),
+        (lambda n, cp: "fast", "returned 'fast', not a number"),
+    ],
+)
+def test_bad_costs_are_refused_with_the_length_and_size(cost, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        dcpp.plan([100, 2000], 4, 4096, estimator=cost)
+
+
+def test_an_exception_in_the_cost_reaches_the_caller():
+    def cost(n, cp):
+        raise KeyError(f"no timing for {n}")
+
+    with pytest.raises(KeyError, match="no timing for"):
+        dcpp.plan([100, 2000], 4, 4096, estimator=cost)
+
+
+def test_planning_from_threads_gives_identical_plans():
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 30000, 4096)
+    results = [None] * 4
+
+    def work(i):
+        results[i] = dcpp.plan(lengths, 64, 16384).to_json()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({strip_timing(r) for r in results}) == 1
+
+
+# ---- the plan object ------------------------------------------------------------------------
+
+
+def test_json_round_trip_svg_and_validate():
+    p = dcpp.plan([1830, 65536, 412, 7000, 300, 24000, 900, 2500], 16, 8192, padding_unit=8)
+    q = dcpp.Plan.from_json(p.to_json())
+    assert q == p and q.to_json() == p.to_json()
+    assert q.options["padding_unit"] == 8
+    assert p.svg("t").lstrip().startswith("<svg")
+    p.validate()
+    doc = json.loads(p.to_json())
+    doc["microbatches"][0]["groups"][0]["samples"].append(0)  # sample 0 twice
+    with pytest.raises(ValueError, match="sample 0"):
+        dcpp.Plan.from_json(json.dumps(doc)).validate()
+    with pytest.raises(ValueError, match="world_size"):
+        dcpp.Plan.from_json('{"format": "dcpp-plan/1"}')
+    with pytest.raises(ValueError, match="not JSON"):
+        dcpp.Plan.from_json("{")
+
+
+@pytest.mark.parametrize("padding_unit", [1, 4])
+def test_routes_cover_every_token_once_in_zigzag_order(padding_unit):
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 9000, 97)
+    p = dcpp.plan(lengths, 12, 4096, topology="contiguous", padding_unit=padding_unit)
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    seen = np.zeros(int(starts[-1]), dtype=np.int64)
+    for m in range(len(p)):
+        for rank in range(p.world_size):
+            r = p.route(m, rank)
+            if r["idle"]:
+                assert r["index"].size == 0
+                continue
+            index, pos = r["index"], r["position_ids"]
+            real = index >= 0
+            seen[index[real]] += 1
+            # a real token's position is its offset in its sample
+            sample_of = np.searchsorted(starts, index[real], side="right") - 1
+            assert np.array_equal(pos[real], index[real] - starts[sample_of])
+            assert set(sample_of.tolist()) <= set(r["samples"].tolist())
+            assert r["cu_seqlens_padded"][-1] == r["index"].size * r["cp"]
+            assert np.all(r["cu_seqlens_padded"] % (2 * r["cp"] * padding_unit) == 0)
+    assert np.all(seen == 1)
+    with pytest.raises(IndexError):
+        p.route(len(p), 0)
+    with pytest.raises(IndexError):
+        p.route(0, p.world_size)
