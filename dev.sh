@@ -6,7 +6,8 @@ cd "$(dirname "$0")"
 BUILD_DIR=${DCPP_BUILD_DIR:-build}
 # Debian packages the build needs (the CUDA toolkit is optional and not installed here).
 PACKAGES=(meson ninja-build pkg-config g++ libfmt-dev librange-v3-dev doctest-dev
-          nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin clang-format ccache)
+          nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin clang-format ccache
+          python3 python3-dev python3-venv)
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
@@ -108,12 +109,20 @@ case "$cmd" in
         shift
         exec "$BUILD_DIR/bench/bench_$which" "$@"
         ;;
+      python)
+        shift
+        python3 python/tests/run.py . "$BUILD_DIR" --install-only >&2
+        exec "$BUILD_DIR/python-venv/bin/python" bench/bench_python.py "$@"
+        ;;
       *)
         "$BUILD_DIR/bench/bench_planner" "$@"
         echo
         "$BUILD_DIR/bench/bench_route"
         echo
-        exec "$BUILD_DIR/bench/bench_kernels"
+        "$BUILD_DIR/bench/bench_kernels"
+        echo
+        python3 python/tests/run.py . "$BUILD_DIR" --install-only >&2
+        exec "$BUILD_DIR/python-venv/bin/python" bench/bench_python.py
         ;;
     esac
     ;;
@@ -121,7 +130,7 @@ case "$cmd" in
     build
     ;;
   *)
-    echo "usage: ./dev.sh demo | test [MESON TEST ARGS] | plan ARGS | bench [planner|route|kernels] [ARGS] | sass [--arch sm_80] [--check] [--filter TEXT] | build" >&2
+    echo "usage: ./dev.sh demo | test [MESON TEST ARGS] | plan ARGS | bench [planner|route|kernels|python] [ARGS] | sass [--arch sm_80] [--check] [--filter TEXT] | build" >&2
     exit 2
     ;;
 esac

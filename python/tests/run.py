@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Builds the Python package into a venv under the build directory and runs its pytest suite.
 
-Called by `meson test` (suite `python`): run.py SOURCE_ROOT BUILD_DIR [pytest args]. The venv
+Called by `meson test` (suite `python`): run.py SOURCE_ROOT BUILD_DIR [pytest args]; with
+--install-only as the third argument it stops after installing (./dev.sh bench python). The venv
 (BUILD_DIR/python-venv) gets the pinned build requirements of pyproject.toml plus numpy and
 pytest once; the package is then installed with `pip install --no-build-isolation` and an
 incremental Meson build directory (BUILD_DIR/python-build), as `pip install .` would build it.
@@ -36,6 +37,8 @@ if not python.exists() or not marker.exists() or marker.read_text() != "\n".join
     marker.write_text("\n".join(pins))
 run(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-build-isolation",
     f"-Cbuild-dir={build / 'python-build'}", root)
+if sys.argv[3:4] == ["--install-only"]:
+    sys.exit(0)
 # pytest from outside the source tree's python/ folder, so that the installed package is tested
 os.chdir(build)
 result = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
