@@ -16,6 +16,7 @@ quotes = {
     "examples/cpu_trainer.cpp": ["docs/integration.md"],
     "examples/gpu_trainer.cpp": ["docs/integration.md"],
     "examples/attention_policy.cpp": ["docs/kernels.md"],
+    "examples/custom_packing.cpp": ["docs/policies.md"],
     "python/examples/plan_batch.py": ["docs/python.md"],
     "python/examples/custom_cost.py": ["docs/python.md"],
     "python/examples/megatron_drop_in.py": ["docs/python.md"],

@@ -1,8 +1,9 @@
 // Umbrella header: the whole host-side library.
 #pragma once
 
+#include "dcpp/core/config.hpp" // first: below C++20 its #error is the first message
+
 #include "dcpp/comm/plan_communicator.hpp"
-#include "dcpp/core/config.hpp"
 #include "dcpp/core/math.hpp"
 #include "dcpp/error.hpp"
 #include "dcpp/io/batch_input.hpp"

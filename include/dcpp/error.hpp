@@ -6,6 +6,9 @@
 #include <string>
 #include <string_view>
 
+#include "dcpp/core/config.hpp" // the C++20 check
+#include "dcpp/version.hpp"
+
 namespace dcpp {
 
 //! What went wrong, as a value: returned by the `can_*` checks, carried by `dcpp::error`.

@@ -25,6 +25,8 @@
 
 #include "dcpp/comm/communicator.hpp"
 #include "dcpp/error.hpp"
+#include "dcpp/planner/options.hpp"
+#include "dcpp/planner/plan.hpp"
 
 namespace dcpp {
 
@@ -97,18 +99,35 @@ inline bool mpi_finalized() {
 
 } // namespace detail
 
-//! RAII MPI initialisation for programs (MPI_Init_thread with MPI_THREAD_FUNNELED, MPI_Finalize
-//! at scope exit when this object initialised MPI).
+//! RAII MPI initialisation for programs: MPI_Init_thread asking for `required` (default
+//! MPI_THREAD_FUNNELED: MPI calls from the main thread only), MPI_Finalize at scope exit when this
+//! object initialised MPI. The level MPI provides is checked, also when MPI was initialised
+//! before (then with MPI_Query_thread): a lower one throws dcpp::error naming both levels. Ask
+//! for MPI_THREAD_MULTIPLE to call dcpp's MPI communicator from more than one thread (for
+//! example, `plan_distributed` on a prefetch thread while the main thread trains); planning
+//! alone (`make_plan`) makes no MPI call.
 class mpi_environment {
 public:
-  mpi_environment(int* argc, char*** argv) {
+  mpi_environment(int* argc, char*** argv, int required = MPI_THREAD_FUNNELED) {
     int initialized = 0;
     MPI_Initialized(&initialized);
+    int provided = 0;
     if (initialized == 0) {
-      int provided = 0;
-      detail::mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided),
-                        "MPI_Init_thread");
+      detail::mpi_check(MPI_Init_thread(argc, argv, required, &provided), "MPI_Init_thread");
       owner_ = true;
+    } else {
+      detail::mpi_check(MPI_Query_thread(&provided), "MPI_Query_thread");
+    }
+    provided_ = provided;
+    if (provided < required) {
+      if (owner_)
+        MPI_Finalize();
+      owner_ = false;
+      throw error(status_code::communication_error,
+                  fmt::format("MPI provides thread level {}, below the {} asked for: build or "
+                              "configure MPI with thread support, or make all MPI calls from one "
+                              "thread",
+                              level_name(provided), level_name(required)));
     }
   }
   mpi_environment(const mpi_environment&) = delete;
@@ -118,8 +137,22 @@ public:
       MPI_Finalize();
   }
 
+  //! The thread level MPI provides.
+  [[nodiscard]] int thread_level() const noexcept { return provided_; }
+
+  static std::string level_name(int level) {
+    switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    default: return fmt::format("level {}", level);
+    }
+  }
+
 private:
   bool owner_ = false;
+  int provided_ = MPI_THREAD_SINGLE;
 };
 
 //! Handle of a started `mpi_communicator::exchange` (MPI_Isend + MPI_Irecv).
@@ -171,24 +204,29 @@ private:
   bool active_ = false;
 };
 
-//! A rank of an MPI communicator. `world()` wraps MPI_COMM_WORLD; `group_for` creates CP groups
-//! with MPI_Comm_create_group (collective over the members only) and caches them; owned
-//! communicators are freed in reverse order of creation. Collectives first check that the
+//! A rank of an MPI communicator. dcpp works on its own duplicate of the communicator it is
+//! given (`world()`, `from(comm)`): the caller's communicator, its error handler and its
+//! attributes are left as they were, and dcpp's messages cannot match the caller's. Errors on
+//! the duplicate are returned (MPI_ERRORS_RETURN) and raised as dcpp::error. `group_for` creates
+//! CP groups with MPI_Comm_create_group (collective over the members only) and caches them;
+//! `create_groups` makes every group a plan can use up front. Duplicates and groups are freed
+//! when the last copy goes, groups in reverse order of creation. Collectives first check that the
 //! ranks agree on sizes, so that a mismatch raises the same error on every rank.
+//! Thread safety: a communicator and its copies share state; use them from one thread at a time
+//! (and from more than one thread only with MPI_THREAD_MULTIPLE, see `mpi_environment`).
 class mpi_communicator {
 public:
   static constexpr memory_space buffer_memory = memory_space::host;
 
-  //! MPI_COMM_WORLD (MPI must be initialised). Errors are returned, not fatal, from then on.
-  static mpi_communicator world() { return mpi_communicator(MPI_COMM_WORLD, false); }
+  //! dcpp's duplicate of MPI_COMM_WORLD (MPI must be initialised; collective over the world).
+  static mpi_communicator world() { return from(MPI_COMM_WORLD); }
 
-  //! Wraps `comm`; with `owned`, MPI_Comm_free is called when the last handle goes away.
-  mpi_communicator(MPI_Comm comm, bool owned) : state_(std::make_shared<state>()) {
-    state_->comm = comm;
-    state_->owned = owned;
-    detail::mpi_check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    detail::mpi_check(MPI_Comm_rank(comm, &state_->rank), "MPI_Comm_rank");
-    detail::mpi_check(MPI_Comm_size(comm, &state_->size), "MPI_Comm_size");
+  //! dcpp's duplicate of `comm`, a communicator the caller owns and keeps (collective over
+  //! `comm`, as MPI_Comm_dup is). `comm` itself is never modified nor freed.
+  static mpi_communicator from(MPI_Comm comm) {
+    MPI_Comm dup = MPI_COMM_NULL;
+    detail::mpi_check(MPI_Comm_dup(comm, &dup), "MPI_Comm_dup");
+    return mpi_communicator(dup);
   }
 
   [[nodiscard]] int rank() const noexcept { return state_->rank; }
@@ -328,11 +366,48 @@ public:
     const int rc2 = MPI_Comm_create_group(native(), members, first_rank, &sub);
     MPI_Group_free(&members);
     detail::mpi_check(rc2, "MPI_Comm_create_group");
-    state_->groups.emplace_back(std::make_pair(first_rank, cp), mpi_communicator(sub, true));
+    state_->groups.emplace_back(std::make_pair(first_rank, cp), mpi_communicator(sub));
     return state_->groups.back().second;
   }
 
+  //! CP groups made so far (by `group_for` or `create_groups`) that this rank belongs to.
+  [[nodiscard]] std::size_t cached_groups() const noexcept { return state_->groups.size(); }
+
+  //! Creates, before the step runs, the CP group this rank belongs to in every micro-batch of
+  //! `p` (each collective over its members, in micro-batch order, as `group_for` is), so that no
+  //! group is created while the step runs. Groups already made are kept.
+  void create_groups(const plan& p) {
+    for (const auto& mb : p.microbatches)
+      for (const auto& g : mb.groups)
+        if (rank() >= g.first_rank && rank() < g.first_rank + g.cp)
+          (void)group_for(g.first_rank, g.cp);
+  }
+
+  //! Creates every CP group a plan under `options` can put this rank in, when that set is fixed:
+  //! the aligned topology's power-of-two blocks between min_cp and max_cp (call it on every rank,
+  //! once, before the first step). The contiguous topology allows any block of ranks: its groups
+  //! come per plan (`create_groups(plan)`), and this call throws.
+  void create_groups(const plan_options& options) {
+    if (options.group_topology != topology::aligned)
+      throw error(status_code::invalid_option,
+                  "mpi_communicator::create_groups: the contiguous topology allows any block of "
+                  "ranks; create the groups of each plan with create_groups(plan)");
+    for (std::int32_t cp = std::max(1, options.min_cp); cp <= options.effective_max_cp(); cp *= 2)
+      if (const int first = rank() / cp * cp; first + cp <= size())
+        (void)group_for(first, cp);
+  }
+
 private:
+  //! Adopts `comm`, a communicator dcpp made (a duplicate or a group): returns errors from it
+  //! and frees it with the last copy.
+  explicit mpi_communicator(MPI_Comm comm) : state_(std::make_shared<state>()) {
+    state_->comm = comm;
+    state_->owned = true;
+    detail::mpi_check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    detail::mpi_check(MPI_Comm_rank(comm, &state_->rank), "MPI_Comm_rank");
+    detail::mpi_check(MPI_Comm_size(comm, &state_->size), "MPI_Comm_size");
+  }
+
   struct state {
     MPI_Comm comm = MPI_COMM_NULL;
     bool owned = false;

@@ -22,6 +22,8 @@
 #include "dcpp/comm/communicator.hpp"
 #include "dcpp/cuda/memory.hpp" // cuda_check, where
 #include "dcpp/error.hpp"
+#include "dcpp/planner/options.hpp"
+#include "dcpp/planner/plan.hpp"
 
 namespace dcpp {
 
@@ -130,6 +132,16 @@ public:
     nccl_communicator world(comm, stream);
     world.split_aligned_groups();
     return world;
+  }
+
+  //! Wraps `comm`, an NCCL communicator the caller made (its own bootstrap, a framework's
+  //! process group) and keeps: dcpp enqueues its calls on `stream` and never destroys `comm`.
+  //! Not collective. The CP groups dcpp makes from it (`create_groups`, `group_for`) are dcpp's,
+  //! destroyed with the last copy of the returned communicator; destroy `comm` only after that.
+  static nccl_communicator wrap(ncclComm_t comm, cudaStream_t stream) {
+    nccl_communicator c(comm, stream);
+    c.state_->owned = false;
+    return c;
   }
 
   //! `init` with the unique id made by rank 0 and shared through a host communicator (MPI).
@@ -313,9 +325,38 @@ public:
     return state_->groups.back().second;
   }
 
+  //! CP groups made so far (by `group_for` or `create_groups`) that this rank belongs to.
+  [[nodiscard]] std::size_t cached_groups() const noexcept { return state_->groups.size(); }
+
+  //! Creates, before the step runs, the CP group this rank belongs to in every micro-batch of
+  //! `p` (each collective over its members, in micro-batch order, as `group_for` is), so that no
+  //! communicator is initialised while the step runs. Groups already made are kept.
+  void create_groups(const plan& p) {
+    for (const auto& mb : p.microbatches)
+      for (const auto& g : mb.groups)
+        if (rank() >= g.first_rank && rank() < g.first_rank + g.cp)
+          (void)group_for(g.first_rank, g.cp);
+  }
+
+  //! Creates every CP group a plan under `options` can use, when that set is fixed: the aligned
+  //! topology's power-of-two blocks (one ncclCommSplit per size, collective over all ranks: call
+  //! it on every rank, once, before the first step; `init` and `bootstrap` have done it
+  //! already). The contiguous topology allows any block of ranks: its groups come per plan
+  //! (`create_groups(plan)`), and this call throws.
+  void create_groups(const plan_options& options) {
+    if (options.group_topology != topology::aligned)
+      throw error(status_code::invalid_option,
+                  "nccl_communicator::create_groups: the contiguous topology allows any block "
+                  "of ranks; create the groups of each plan with create_groups(plan)");
+    if (!state_->aligned_split)
+      split_aligned_groups();
+  }
+
 private:
   struct state {
     ncclComm_t comm = nullptr;
+    bool owned = true;          //!< destroy `comm` with the last copy (not for `wrap`)
+    bool aligned_split = false; //!< split_aligned_groups ran
     cudaStream_t stream = nullptr;
     int rank = 0;
     int size = 1;
@@ -330,7 +371,7 @@ private:
         groups.pop_back();
       if (staging)
         cudaFree(staging);
-      if (comm)
+      if (comm && owned)
         ncclCommDestroy(comm);
     }
   };
@@ -352,6 +393,7 @@ private:
   //! One ncclCommSplit per power-of-two size (2, 4, ...), every rank taking part; ranks whose
   //! aligned block would run past the world pass NCCL_SPLIT_NOCOLOR (e.g. 16 on 24 ranks).
   void split_aligned_groups() {
+    state_->aligned_split = true;
     for (int cp = 2; cp < size(); cp *= 2) {
       const int first = rank() / cp * cp;
       const bool member = first + cp <= size();

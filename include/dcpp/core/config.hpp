@@ -1,6 +1,13 @@
 // Execution-space and contract macros shared by host and device code (device-safe).
 #pragma once
 
+// dcpp is C++20 (concepts, std::span, designated initialisers): say so before the first
+// "'concept' does not name a type".
+#if (defined(_MSVC_LANG) ? _MSVC_LANG : __cplusplus) < 202002L
+#error                                                                                             \
+    "dcpp needs C++20: compile with -std=c++20 (CMake: link dcpp::dcpp, which requires cxx_std_20; Meson: cpp_std=c++20); see docs/install.md"
+#endif
+
 #if defined(__CUDACC__)
 #define DCPP_HOST_DEVICE __host__ __device__
 #define DCPP_KERNEL __global__

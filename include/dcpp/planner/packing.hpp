@@ -6,9 +6,14 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "dcpp/error.hpp"
 #include "dcpp/planner/bucketing.hpp"
 #include "dcpp/planner/costs.hpp"
 #include "dcpp/planner/estimator.hpp"
@@ -291,4 +296,129 @@ inline plan to_plan(const problem& pr, std::string_view policy,
 }
 
 } // namespace detail
+
+//! Builds the plan a packing policy of your own returns from `pack` (examples/custom_packing.cpp,
+//! docs/policies.md): micro-batches of groups, each group a block of ranks running samples
+//! together. Every step is checked as it is taken, and a step that would make the plan invalid
+//! throws dcpp::error naming the micro-batch, group, sample, value and limit: a group that is
+//! not legal under the options (size, alignment, past the world), ranks already taken in that
+//! micro-batch, a sample out of range or placed twice, a sample below its smallest size, a group
+//! over the token budget. `finish` checks that every sample is placed and returns the plan; the
+//! planner then canonicalises, evaluates and validates it as it does any policy's plan.
+class plan_builder {
+public:
+  plan_builder(const problem& pr, std::string_view policy)
+      : pr_(&pr), plan_(detail::make_plan_shell(pr, policy)), placed_(pr.size(), -1) {}
+
+  //! Starts a micro-batch; returns its index.
+  std::size_t add_microbatch() {
+    plan_.microbatches.emplace_back();
+    owner_.emplace_back(static_cast<std::size_t>(pr_->options.world_size), -1);
+    return plan_.microbatches.size() - 1;
+  }
+  [[nodiscard]] std::size_t microbatches() const noexcept { return plan_.microbatches.size(); }
+
+  //! The first legal block of `cp` ranks still free in micro-batch `mb` (lowest first rank), or
+  //! nullopt when none is.
+  [[nodiscard]] std::optional<std::int32_t> free_block(std::size_t mb, std::int32_t cp) const {
+    check_microbatch(mb);
+    const plan_options& o = pr_->options;
+    if (cp < o.min_cp || cp > o.effective_max_cp() ||
+        (o.group_topology == topology::aligned && !is_power_of_two(cp)))
+      return std::nullopt;
+    return detail::first_free_block(owner_[mb], 0, pr_->options, cp);
+  }
+
+  //! Tokens per rank that `samples` take on a group of `cp` ranks (padding included).
+  [[nodiscard]] std::int64_t rank_tokens(std::span<const std::int32_t> samples,
+                                         std::int32_t cp) const {
+    std::int64_t tokens = 0;
+    for (const std::int32_t s : samples)
+      tokens += pr_->rank_tokens(static_cast<std::size_t>(s), cp);
+    return tokens;
+  }
+
+  //! Adds a group of ranks `[first_rank, first_rank + cp)` running `samples` to micro-batch `mb`.
+  void add_group(std::size_t mb, std::int32_t first_rank, std::int32_t cp,
+                 std::span<const std::int32_t> samples) {
+    check_microbatch(mb);
+    const auto where = [&] {
+      return fmt::format("plan_builder: micro-batch {}, group at rank {} of {} ranks", mb,
+                         first_rank, cp);
+    };
+    const plan_options& o = pr_->options;
+    if (cp < 1 || first_rank < 0 || first_rank > o.world_size - cp ||
+        !is_legal_group(o, first_rank, cp))
+      throw error(status_code::invalid_plan,
+                  fmt::format("{}: not a legal group (world_size = {}, cp in [{}, {}], {} "
+                              "topology)",
+                              where(), o.world_size, o.min_cp, o.effective_max_cp(),
+                              to_string(o.group_topology)));
+    for (std::int32_t r = first_rank; r < first_rank + cp; ++r)
+      if (const std::int32_t g = owner_[mb][static_cast<std::size_t>(r)]; g >= 0)
+        throw error(
+            status_code::invalid_plan,
+            fmt::format("{}: rank {} is already in group {} of this micro-batch", where(), r, g));
+    if (samples.empty())
+      throw error(status_code::invalid_plan, fmt::format("{}: no samples", where()));
+    for (const std::int32_t s : samples) {
+      if (s < 0 || static_cast<std::size_t>(s) >= pr_->size())
+        throw error(status_code::invalid_plan,
+                    fmt::format("{}: sample {} is not in the batch of {} samples", where(), s,
+                                pr_->size()));
+      const auto us = static_cast<std::size_t>(s);
+      if (placed_[us] >= 0)
+        throw error(
+            status_code::invalid_plan,
+            fmt::format("{}: sample {} is already in micro-batch {}", where(), s, placed_[us]), s);
+      if (cp < pr_->min_cp_of[us])
+        throw error(status_code::invalid_plan,
+                    fmt::format("{}: sample {} (length {}) needs at least {} ranks", where(), s,
+                                pr_->lengths[us], pr_->min_cp_of[us]),
+                    s);
+    }
+    if (const std::int64_t tokens = rank_tokens(samples, cp); tokens > o.max_tokens_per_rank)
+      throw error(status_code::invalid_plan,
+                  fmt::format("{}: {} tokens per rank, over max_tokens_per_rank = {}", where(),
+                              tokens, o.max_tokens_per_rank));
+    const auto group = static_cast<std::int32_t>(plan_.microbatches[mb].groups.size());
+    for (std::int32_t r = first_rank; r < first_rank + cp; ++r)
+      owner_[mb][static_cast<std::size_t>(r)] = group;
+    for (const std::int32_t s : samples)
+      placed_[static_cast<std::size_t>(s)] = static_cast<std::int64_t>(mb);
+    plan_group g;
+    g.first_rank = first_rank;
+    g.cp = cp;
+    g.samples.assign(samples.begin(), samples.end());
+    plan_.microbatches[mb].groups.push_back(std::move(g));
+  }
+
+  //! Whether `sample` has been placed.
+  [[nodiscard]] bool placed(std::size_t sample) const { return placed_.at(sample) >= 0; }
+
+  //! The plan; throws naming the first sample not placed.
+  [[nodiscard]] plan finish() && {
+    for (std::size_t s = 0; s < placed_.size(); ++s)
+      if (placed_[s] < 0)
+        throw error(
+            status_code::invalid_plan,
+            fmt::format("plan_builder: sample {} (length {}) is in no group", s, pr_->lengths[s]),
+            static_cast<std::int32_t>(s));
+    return std::move(plan_);
+  }
+
+private:
+  void check_microbatch(std::size_t mb) const {
+    if (mb >= plan_.microbatches.size())
+      throw error(status_code::invalid_plan,
+                  fmt::format("plan_builder: micro-batch {} does not exist ({} added)", mb,
+                              plan_.microbatches.size()));
+  }
+
+  const problem* pr_;
+  plan plan_;
+  std::vector<std::vector<std::int32_t>> owner_; // per micro-batch: group per rank, -1 free
+  std::vector<std::int64_t> placed_;             // per sample: its micro-batch, -1 not yet
+};
+
 } // namespace dcpp
