@@ -222,6 +222,7 @@ int main(int argc, char** argv) {
     return world.rank() == 0 ? app.exit(e) : 1;
   }
   try {
+    trainer::check_start(world, o);
     if (!o.calibrate_lengths.empty()) {
       // [calibrate]
       parameters params, grad;

@@ -292,6 +292,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   try {
+    trainer::check_start(world, o);
     cuda_check(cudaSetDevice(pick_device(world.rank())), "cudaSetDevice");
     cudaStream_t compute = nullptr, transfer = nullptr;
     cuda_check(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), "cudaStreamCreate");

@@ -7,22 +7,25 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <dcpp/comm/communicator.hpp>
 #include <dcpp/dcpp.hpp>
+#include <dcpp/io/atomic_file.hpp>
 #include <dcpp/io/npy.hpp>
 #include <dcpp/route/fields.hpp>
 #include <dcpp/route/router.hpp>
@@ -226,6 +229,42 @@ void calibrate(Comm& world, const options& o, std::string_view program, Run&& ru
     }
 }
 
+//! Before anything runs: every rank was started with the same options (else every rank fails
+//! with one message, instead of waiting forever for a step the others never take, or training
+//! replicas from different seeds), and rank 0 can create the files it writes at the end (else
+//! every rank fails now, not after training).
+template <class Comm>
+void check_start(Comm& world, const options& o) {
+  std::uint64_t h = 1469598103934665603ULL;
+  const auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
+  mix(static_cast<std::uint64_t>(o.steps));
+  mix(static_cast<std::uint64_t>(o.samples));
+  mix(std::bit_cast<std::uint64_t>(o.lr));
+  mix(std::bit_cast<std::uint64_t>(o.momentum));
+  mix(static_cast<std::uint64_t>(o.budget));
+  mix(o.seed);
+  mix(static_cast<std::uint64_t>(o.calibrate_repeats));
+  for (const std::int64_t length : o.calibrate_lengths)
+    mix(static_cast<std::uint64_t>(length));
+  dcpp::check_same_everywhere(world, h,
+                              "the trainer's options (--steps, --samples, --lr, --momentum, "
+                              "--max-tokens-per-rank, --seed, --calibrate, --calibrate-repeats)");
+  dcpp::status writable = dcpp::status::success();
+  if (world.rank() == 0)
+    for (const auto& [path, flag] :
+         {std::pair{&o.log_path, "--log"}, std::pair{&o.weights_path, "--weights"}}) {
+      if (path->empty())
+        continue;
+      try {
+        const dcpp::staged_file probe(*path, flag); // removed again: nothing is written yet
+      } catch (const dcpp::error& e) {
+        writable = e.why();
+        break;
+      }
+    }
+  dcpp::throw_unless_agreed(world, writable);
+}
+
 //! Rank 0's report: a progress line per step (one updating line on a terminal) and the JSON log.
 class report {
 public:
@@ -266,8 +305,8 @@ public:
       return;
     if (tty_)
       fmt::print("\n");
-    if (!o_.log_path.empty())
-      std::ofstream(o_.log_path) << log_.dump(2) << "\n";
+    if (!o_.log_path.empty()) // staged and renamed into place: no partial log
+      dcpp::write_file_atomically(o_.log_path, log_.dump(2) + "\n", "--log");
     if (!o_.weights_path.empty())
       dcpp::write_npy(o_.weights_path, "<f4", {static_cast<std::int64_t>(weights.size())}, weights);
   }

@@ -120,3 +120,33 @@ TEST_CASE("cpu trainer --calibrate: bad lengths are refused before anything runs
     CHECK(run.err.find("--calibrate") != std::string::npos);
   }
 }
+
+TEST_CASE("cpu trainer: an unwritable --log fails on every rank before training") {
+  const auto run = run_calibration(
+      2, "--steps 50 --log /nonexistent_dcpp_dir/log.json --weights /tmp/dcpp_unused_w.npy",
+      "badlog");
+  INFO(run.err << run.out);
+  CHECK(run.exit_code != 0);
+  CHECK(run.err.find("--log: cannot create a file beside '/nonexistent_dcpp_dir/log.json'") !=
+        std::string::npos);
+  CHECK(run.out.find("step") == std::string::npos); // no step ran
+  CHECK_FALSE(std::filesystem::exists("/tmp/dcpp_unused_w.npy"));
+}
+
+TEST_CASE("cpu trainer: ranks started with different options fail together, not hang") {
+  const auto dir = std::filesystem::temp_directory_path() / "dcpp_trainer_mpmd";
+  std::filesystem::create_directories(dir);
+  const std::string program = trainer_runs::env("DCPP_CPU_TRAINER");
+  const std::string cmd = fmt::format(
+      "timeout 120 {0} -np 1 {1} --steps 2 --quiet : -np 1 {1} --steps 3 --quiet > {2} 2>&1",
+      trainer_runs::env("DCPP_MPIEXEC"), program, (dir / "out.txt").string());
+  const int status = std::system(cmd.c_str());
+  std::ifstream in(dir / "out.txt");
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove_all(dir);
+  INFO(all);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  CHECK(WEXITSTATUS(status) != 124); // not the timeout: the ranks did not hang
+  CHECK(all.find("ranks disagree on the trainer's options") != std::string::npos);
+}

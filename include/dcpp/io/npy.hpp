@@ -13,6 +13,7 @@
 
 #include "dcpp/core/float16.hpp"
 #include "dcpp/error.hpp"
+#include "dcpp/io/atomic_file.hpp"
 
 namespace dcpp {
 
@@ -148,18 +149,14 @@ void write_npy(const std::string& path, const std::string& descr,
   const std::size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
-  std::ofstream out(path, std::ios::binary);
-  if (!out)
-    throw error(status_code::parse_error, fmt::format("{}: cannot create", path));
   const auto length = static_cast<std::uint16_t>(header.size());
-  out.write("\x93NUMPY\x01\x00", 8);
-  out.put(static_cast<char>(length & 0xff));
-  out.put(static_cast<char>(length >> 8));
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(reinterpret_cast<const char*>(values.data()),
-            static_cast<std::streamsize>(values.size() * sizeof(T)));
-  if (!out)
-    throw error(status_code::parse_error, fmt::format("{}: write failed", path));
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes.push_back(static_cast<char>(length & 0xff));
+  bytes.push_back(static_cast<char>(length >> 8));
+  bytes += header;
+  bytes.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+  // staged beside the target and renamed into place: a failed write leaves no partial file
+  write_file_atomically(path, bytes, "npy");
 }
 
 } // namespace dcpp
