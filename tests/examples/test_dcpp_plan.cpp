@@ -338,3 +338,11 @@ TEST_CASE("dcpp-plan: a failed write leaves no file and keeps the old one") {
   REQUIRE(run(args + " --json " + old.string()).status == 0);
   CHECK_NOTHROW(dcpp::read_plan_json(slurp(old)));
 }
+
+TEST_CASE("dcpp-plan: hostile numbers are one-line errors, not signals or hangs") {
+  const fs::path wl = write("hostile.txt", "100\n7000\n");
+  expect_error(wl.string() + " --max-tokens-per-rank 4611686018427387904",
+               "max_tokens_per_rank = 4611686018427387904 exceeds the limit");
+  expect_error(wl.string() + " --world-size 2147483647", "world_size = 2147483647 exceeds");
+  expect_error(wl.string() + " --padding-unit 2305843009213693952", "padding_unit = ");
+}

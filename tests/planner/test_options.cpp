@@ -133,3 +133,29 @@ TEST_CASE("options: tokens_per_rank checks its contract") {
   CHECK(dcpp::tokens_per_rank(o, 101, 2) == 52);
   CHECK_THROWS_AS((void)dcpp::tokens_per_rank(o, 100, 0), dcpp_test::contract_violation);
 }
+
+TEST_CASE("options: hostile sizes are refused with the limit, never wrap or loop") {
+  auto o = opts(2147483647, 4096); // a signed 32-bit counter once looped forever here
+  auto s = dcpp::check_options(o);
+  CHECK_FALSE(s);
+  CHECK(mentions(s, {"world_size = 2147483647", "exceeds the limit 16777216"}));
+  o = opts(8, std::int64_t{1} << 62); // products of it wrapped to 0 and divided: SIGFPE
+  s = dcpp::check_options(o);
+  CHECK(mentions(s, {"max_tokens_per_rank = 4611686018427387904", "limit 68719476736"}));
+  o = opts(8, 4096);
+  o.padding_unit = std::int64_t{1} << 61;
+  CHECK(mentions(dcpp::check_options(o), {"padding_unit = 2305843009213693952", "limit 1048576"}));
+  // at the limits every option is accepted, and the largest samples plan without overflow
+  o = opts(dcpp::max_world_size, dcpp::max_tokens_per_rank_limit);
+  o.group_topology = dcpp::topology::aligned;
+  CHECK(dcpp::check_options(o));
+  CHECK(dcpp::max_plannable_length(o) == dcpp::max_tokens_per_rank_limit * dcpp::max_world_size);
+  CHECK(dcpp::legal_cp_sizes(o).size() == 25); // 1, 2, ..., 2^24
+  // a batch whose tokens add up past 2^62 is refused at the sample where they do
+  const std::int64_t longest = dcpp::max_plannable_length(o); // 2^60
+  const std::vector<std::int64_t> lengths(6, longest);
+  s = dcpp::check_problem(o, lengths);
+  CHECK_FALSE(s);
+  CHECK(s.sample == 4);
+  CHECK(mentions(s, {"sample 4", "exceed the limit 4611686018427387904"}));
+}

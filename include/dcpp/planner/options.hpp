@@ -68,10 +68,10 @@ inline bool is_legal_group(const plan_options& options, std::int32_t first_rank,
 //! The CP sizes a group may have, ascending.
 inline std::vector<std::int32_t> legal_cp_sizes(const plan_options& options) {
   std::vector<std::int32_t> sizes;
-  const std::int32_t hi = options.effective_max_cp();
-  for (std::int32_t cp = std::max(1, options.min_cp); cp <= hi; ++cp)
+  const std::int64_t hi = options.effective_max_cp();
+  for (std::int64_t cp = std::max(1, options.min_cp); cp <= hi; ++cp) // 64 bits: hi may be 2^31-1
     if (options.group_topology == topology::contiguous || is_power_of_two(cp))
-      sizes.push_back(cp);
+      sizes.push_back(static_cast<std::int32_t>(cp));
   return sizes;
 }
 
@@ -89,15 +89,35 @@ inline std::int64_t tokens_per_rank(const plan_options& options, std::int64_t le
   return chunks * 2 * options.padding_unit;
 }
 
+//! Limits on the options that keep every token count the planner forms (tokens per rank x
+//! ranks, padding chunks, a batch's total) inside 64 bits, far above any cluster: without them a
+//! budget near 2^62 wrapped a product to 0 and divided by it, and a world of 2^31 - 1 ranks
+//! looped forever.
+inline constexpr std::int32_t max_world_size = std::int32_t{1} << 24;            // 16,777,216 ranks
+inline constexpr std::int64_t max_tokens_per_rank_limit = std::int64_t{1} << 36; // 6.9e10
+inline constexpr std::int64_t max_padding_unit = std::int64_t{1} << 20;
+//! The most tokens a batch may hold in all.
+inline constexpr std::int64_t max_batch_tokens = std::int64_t{1} << 62;
+
 //! Checks the options alone (no lengths). Cheap; names the field, the value and the limit.
 inline status check_options(const plan_options& o) noexcept {
   using enum status_code;
   if (o.world_size < 1)
     return status::failure(invalid_option,
                            fmt::format("world_size = {} must be >= 1", o.world_size));
+  if (o.world_size > max_world_size)
+    return status::failure(invalid_option, fmt::format("world_size = {} exceeds the limit {}",
+                                                       o.world_size, max_world_size));
   if (o.padding_unit < 1)
     return status::failure(invalid_option,
                            fmt::format("padding_unit = {} must be >= 1", o.padding_unit));
+  if (o.padding_unit > max_padding_unit)
+    return status::failure(invalid_option, fmt::format("padding_unit = {} exceeds the limit {}",
+                                                       o.padding_unit, max_padding_unit));
+  if (o.max_tokens_per_rank > max_tokens_per_rank_limit)
+    return status::failure(invalid_option,
+                           fmt::format("max_tokens_per_rank = {} exceeds the limit {}",
+                                       o.max_tokens_per_rank, max_tokens_per_rank_limit));
   if (o.max_tokens_per_rank < 2 * o.padding_unit)
     return status::failure(
         budget_below_padding,
@@ -200,6 +220,7 @@ inline status check_problem(const plan_options& o, std::span<const std::int64_t>
   if (lengths.empty())
     return status::failure(status_code::empty_batch, "the batch is empty: no sample to plan");
   const std::int64_t limit = max_plannable_length(o);
+  std::int64_t total = 0; // every length is at most `limit` < 2^61 here, so no sum wraps
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] <= 0)
       return status::failure(status_code::invalid_length,
@@ -213,6 +234,13 @@ inline status check_problem(const plan_options& o, std::span<const std::int64_t>
                       i, lengths[i], limit, o.effective_max_cp(), o.max_tokens_per_rank,
                       to_string(o.group_topology)),
           static_cast<std::int64_t>(i));
+    total += lengths[i];
+    if (total > max_batch_tokens)
+      return status::failure(status_code::invalid_length,
+                             fmt::format("sample {}: the batch's tokens up to it ({}) exceed the "
+                                         "limit {}",
+                                         i, total, max_batch_tokens),
+                             static_cast<std::int64_t>(i));
   }
   return status::success();
 }
