@@ -165,6 +165,19 @@ template <plan_communicator C>
   return status::failure(static_cast<status_code>(all[0]), std::move(message), all[1]);
 }
 
+namespace detail {
+//! `create_groups(plan)` of the MPI and NCCL communicators: `comm.group_for` on the group this
+//! rank belongs to in every micro-batch of `p`, in micro-batch order (each call collective over
+//! the group's members, cached by the communicator).
+template <class C, class Plan>
+void create_groups_of(C& comm, const Plan& p) {
+  for (const auto& mb : p.microbatches)
+    for (const auto& g : mb.groups)
+      if (comm.rank() >= g.first_rank && comm.rank() < g.first_rank + g.cp)
+        (void)comm.group_for(g.first_rank, g.cp);
+}
+} // namespace detail
+
 //! `agree`, then throw the agreed error on every rank.
 template <plan_communicator C>
 void throw_unless_agreed(C& comm, const status& local) {

@@ -376,12 +376,7 @@ public:
   //! Creates, before the step runs, the CP group this rank belongs to in every micro-batch of
   //! `p` (each collective over its members, in micro-batch order, as `group_for` is), so that no
   //! group is created while the step runs. Groups already made are kept.
-  void create_groups(const plan& p) {
-    for (const auto& mb : p.microbatches)
-      for (const auto& g : mb.groups)
-        if (rank() >= g.first_rank && rank() < g.first_rank + g.cp)
-          (void)group_for(g.first_rank, g.cp);
-  }
+  void create_groups(const plan& p) { detail::create_groups_of(*this, p); }
 
   //! Creates every CP group a plan under `options` can put this rank in, when that set is fixed:
   //! the aligned topology's power-of-two blocks between min_cp and max_cp (call it on every rank,
