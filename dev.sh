@@ -7,7 +7,7 @@ BUILD_DIR=${DCPP_BUILD_DIR:-build}
 # Debian packages the build needs (the CUDA toolkit is optional and not installed here).
 PACKAGES=(meson ninja-build pkg-config g++ libfmt-dev doctest-dev
           nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin clang-format ccache
-          python3 python3-dev python3-venv cmake)
+          python3 python3-dev python3-venv cmake clang libclang-rt-dev)
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 

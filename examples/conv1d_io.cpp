@@ -13,6 +13,8 @@
 
 #include <dcpp/comm/local.hpp>
 #include <dcpp/conv/conv1d.hpp>
+#include <dcpp/io/atomic_file.hpp>
+#include <dcpp/io/guarded_main.hpp>
 #include <dcpp/io/npy.hpp>
 #include <dcpp/route/route.hpp>
 
@@ -101,13 +103,16 @@ int run(const inputs& in, const dcpp::npy_array& xa, const dcpp::npy_array& wa,
         std::copy_n(ldx.begin() + l * in.channels, C, dx.begin() + g * in.channels);
       }
   });
+  // all outputs are written in full before any is renamed into place: none or all appear
   const std::vector<std::int64_t> shape{in.tokens, in.channels};
-  dcpp::write_npy(out_dir + "/y.npy", descr, shape, y);
+  dcpp::staged_outputs outputs("--out-dir");
+  outputs.add(out_dir + "/y.npy", dcpp::npy_bytes(descr, shape, y));
   if (in.backward) {
-    dcpp::write_npy(out_dir + "/dx.npy", descr, shape, dx);
-    dcpp::write_npy(out_dir + "/dw.npy", "<f4", {in.channels, in.width}, dw);
-    dcpp::write_npy(out_dir + "/db.npy", "<f4", {in.channels}, db);
+    outputs.add(out_dir + "/dx.npy", dcpp::npy_bytes(descr, shape, dx));
+    outputs.add(out_dir + "/dw.npy", dcpp::npy_bytes("<f4", {in.channels, in.width}, dw));
+    outputs.add(out_dir + "/db.npy", dcpp::npy_bytes("<f4", {in.channels}, db));
   }
+  outputs.commit();
   fmt::print("conv1d_io: {} sequences, {} tokens, {} channels, W = {}, cp = {}{} -> {}\n",
              in.lengths.size(), in.tokens, in.channels, in.width, in.cp,
              in.backward ? ", forward and backward" : "", out_dir);
@@ -120,11 +125,16 @@ int main(int argc, char** argv) {
   CLI::App app{"Causal depthwise conv1d over packed sequences with CP halo, on .npy files"};
   std::string x_path, w_path, b_path, cu_path, dy_path, out_dir = ".";
   inputs in;
-  app.add_option("--x", x_path, "x [tokens, channels], float32 or float16")->required();
+  app.add_option("--x", x_path,
+                 "x [tokens, channels], float16, float32 or float64 (computed as float32); w, b "
+                 "and dy share its dtype")
+      ->required();
   app.add_option("--w", w_path, "w [channels, W], W in 2..4; w[c,k] multiplies x[t-k,c]")
       ->required();
   app.add_option("--b", b_path, "b [channels] (default zeros)");
-  app.add_option("--cu-seqlens", cu_path, "cu_seqlens int32 [sequences + 1], real lengths")
+  app.add_option("--cu-seqlens", cu_path,
+                 "cu_seqlens int32 or int64 [sequences + 1], real lengths from 0 to tokens "
+                 "(zero-length sequences allowed)")
       ->required();
   app.add_option("--dy", dy_path, "dy [tokens, channels]: also run the backward");
   app.add_option("--cp", in.cp, "ranks each sequence is split over (zigzag)")
@@ -134,54 +144,57 @@ int main(int argc, char** argv) {
   app.add_flag("--silu", in.silu, "apply SiLU");
   app.add_option("--out-dir", out_dir, "where y.npy (dx.npy, dw.npy, db.npy) go");
   CLI11_PARSE(app, argc, argv);
-  try {
+  return dcpp::guarded_main("conv1d_io: ", [&]() -> int {
     const auto xa = dcpp::read_npy(x_path), wa = dcpp::read_npy(w_path),
                cu = dcpp::read_npy(cu_path);
+    dcpp::npy_array ba, dya;
+    if (!b_path.empty())
+      ba = dcpp::read_npy(b_path);
+    if (!dy_path.empty())
+      dya = dcpp::read_npy(dy_path), in.backward = true;
+    const dcpp::npy_array* bp = b_path.empty() ? nullptr : &ba;
+    const dcpp::npy_array* dyp = dy_path.empty() ? nullptr : &dya;
     if (xa.shape.size() != 2 || wa.shape.size() != 2)
       throw dcpp::error(dcpp::status_code::invalid_length,
                         fmt::format("--x must be [tokens, channels] and --w [channels, W]; got {} "
                                     "and {} dimensions",
                                     xa.shape.size(), wa.shape.size()));
+    if (xa.shape[0] < 1 || xa.shape[1] < 1 || xa.shape[1] > (1 << 20))
+      throw dcpp::error(dcpp::status_code::invalid_length,
+                        fmt::format("--x has shape {}; expected at least one token and 1 to {} "
+                                    "channels",
+                                    xa.shape_text(), 1 << 20));
     in.tokens = xa.shape[0];
     in.channels = static_cast<int>(xa.shape[1]);
-    in.width = static_cast<int>(wa.shape[1]);
-    if (wa.shape[0] != in.channels || in.width < 2 || in.width > 4)
+    if (wa.shape[0] != in.channels || wa.shape[1] < 2 || wa.shape[1] > 4)
       throw dcpp::error(dcpp::status_code::invalid_length,
                         fmt::format("--w has shape [{}, {}]; expected [{}, W] with W in 2..4",
                                     wa.shape[0], wa.shape[1], in.channels));
-    const auto offsets = cu.as<std::int64_t>("--cu-seqlens");
-    if (offsets.empty() || offsets.front() != 0 || offsets.back() != in.tokens)
+    in.width = static_cast<int>(wa.shape[1]);
+    const std::string dtype =
+        dcpp::common_float_dtype({{"--x", &xa}, {"--w", &wa}, {"--b", bp}, {"--dy", dyp}});
+    const auto offsets = dcpp::cu_seqlens_from_npy(cu, in.tokens, "--cu-seqlens");
+    for (std::size_t i = 0; i + 1 < offsets.size(); ++i)
+      if (offsets[i + 1] > offsets[i]) { // a zero-length sequence holds no row: nothing to run
+        in.starts.push_back(offsets[i]);
+        in.lengths.push_back(offsets[i + 1] - offsets[i]);
+      }
+    if (dyp && dya.shape != xa.shape)
+      throw dcpp::error(dcpp::status_code::invalid_length,
+                        fmt::format("--dy has shape {}; must have the shape {} of --x",
+                                    dya.shape_text(), xa.shape_text()));
+    if (bp && (ba.shape.size() != 1 || ba.shape[0] != in.channels))
       throw dcpp::error(
           dcpp::status_code::invalid_length,
-          fmt::format("--cu-seqlens must run from 0 to the {} tokens of --x", in.tokens));
-    for (std::size_t i = 0; i + 1 < offsets.size(); ++i) {
-      if (offsets[i + 1] <= offsets[i])
-        throw dcpp::error(dcpp::status_code::invalid_length,
-                          fmt::format("--cu-seqlens: sequence {} has length {}; must be >= 1", i,
-                                      offsets[i + 1] - offsets[i]));
-      in.starts.push_back(offsets[i]);
-      in.lengths.push_back(offsets[i + 1] - offsets[i]);
-    }
-    std::filesystem::create_directories(out_dir);
-    dcpp::npy_array ba, dya;
-    if (!b_path.empty())
-      ba = dcpp::read_npy(b_path);
-    if (!dy_path.empty()) {
-      dya = dcpp::read_npy(dy_path);
-      in.backward = true;
-      if (dya.shape != xa.shape)
-        throw dcpp::error(dcpp::status_code::invalid_length, "--dy must have the shape of --x");
-    }
-    if (!b_path.empty() && (ba.shape.size() != 1 || ba.shape[0] != in.channels))
-      throw dcpp::error(dcpp::status_code::invalid_length,
-                        fmt::format("--b must be [{}]", in.channels));
-    const dcpp::npy_array* bp = b_path.empty() ? nullptr : &ba;
-    const dcpp::npy_array* dyp = dy_path.empty() ? nullptr : &dya;
-    if (xa.descr == "<f2")
-      return run<dcpp::half>(in, xa, wa, bp, dyp, out_dir, "<f2");
-    return run<float>(in, xa, wa, bp, dyp, out_dir, "<f4");
-  } catch (const dcpp::error& e) {
-    fmt::print(stderr, "conv1d_io: {}\n", e.what());
-    return 1;
-  }
+          fmt::format("--b has shape {}; must be [{}]", ba.shape_text(), in.channels));
+    if (dtype == "<f8")
+      fmt::print(stderr, "conv1d_io: note: the inputs are float64; computing and writing "
+                         "float32\n");
+    // the outputs' directory: what this run creates is removed again if it fails
+    dcpp::output_directory dir(out_dir, "--out-dir");
+    const int status = dtype == "<f2" ? run<dcpp::half>(in, xa, wa, bp, dyp, out_dir, "<f2")
+                                      : run<float>(in, xa, wa, bp, dyp, out_dir, "<f4");
+    dir.keep();
+    return status;
+  });
 }

@@ -23,6 +23,7 @@
 #include <dcpp/comm/mpi.hpp>
 #include <dcpp/conv/conv1d.hpp>
 #include <dcpp/dcpp.hpp>
+#include <dcpp/io/guarded_main.hpp>
 #include <dcpp/loss/token_mean.hpp>
 #include <dcpp/route/router.hpp>
 
@@ -294,5 +295,11 @@ int main(int argc, char** argv) {
   } catch (const dcpp::error& e) {
     fmt::print(stderr, "cpu_trainer rank {}: {}\n", world.rank(), e.what());
     return 1;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "cpu_trainer rank {}: out of memory\n", world.rank());
+    return dcpp::exit_out_of_memory;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "cpu_trainer rank {}: internal error: {}\n", world.rank(), e.what());
+    return dcpp::exit_internal;
   }
 }

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <variant>
 #include <vector>
@@ -18,6 +18,8 @@
 #include "dcpp/dcpp.hpp"
 #include "dcpp/io/atomic_file.hpp"
 #include "dcpp/io/by_name.hpp"
+#include "dcpp/io/file_input.hpp"
+#include "dcpp/io/guarded_main.hpp"
 
 namespace {
 
@@ -147,16 +149,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   info = (json_path == "-" || svg_path == "-") ? stderr : stdout;
 
-  try {
+  return dcpp::guarded_main("dcpp-plan: error: ", [&]() -> int {
     dcpp::batch_input batch;
-    if (input == "-") {
-      batch = dcpp::read_batch(std::cin, "<stdin>");
-    } else {
-      std::ifstream in(input);
-      if (!in)
-        throw dcpp::error(dcpp::status_code::parse_error,
-                          fmt::format("cannot open input '{}'", input));
-      batch = dcpp::read_batch(in, input);
+    {
+      // the whole text first: a directory, an unreadable file or a read error is named here
+      std::istringstream in(input == "-" ? dcpp::read_standard_input("input")
+                                         : dcpp::read_file(input, "input"));
+      batch = dcpp::read_batch(in, input == "-" ? "<stdin>" : input);
     }
     dcpp::plan_options options;
     options.world_size = world_size.value_or(batch.world_size.value_or(8));
@@ -249,9 +248,6 @@ int main(int argc, char** argv) {
                                       json_path == "-" ? "--json -" : "--svg -",
                                       std::strerror(errno)));
     }
-  } catch (const dcpp::error& e) {
-    fmt::print(stderr, "dcpp-plan: error: {}\n", e.what());
-    return 1;
-  }
-  return 0;
+    return dcpp::exit_success;
+  });
 }

@@ -27,6 +27,7 @@
 #include <dcpp/conv/conv1d_cuda.hpp>
 #include <dcpp/cuda/memory.hpp>
 #include <dcpp/dcpp.hpp>
+#include <dcpp/io/guarded_main.hpp>
 #include <dcpp/kernels/loss/token_reduce_launch.hpp>
 #include <dcpp/loss/token_mean.hpp>
 #include <dcpp/route/router.hpp>
@@ -379,5 +380,11 @@ int main(int argc, char** argv) {
   } catch (const dcpp::error& e) {
     fmt::print(stderr, "gpu_trainer rank {}: {}\n", world.rank(), e.what());
     return 1;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "gpu_trainer rank {}: out of memory\n", world.rank());
+    return dcpp::exit_out_of_memory;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "gpu_trainer rank {}: internal error: {}\n", world.rank(), e.what());
+    return dcpp::exit_internal;
   }
 }

@@ -11,6 +11,7 @@
 
 #include <dcpp/comm/mpi.hpp>
 #include <dcpp/dcpp.hpp>
+#include <dcpp/io/guarded_main.hpp>
 #include <dcpp/route/router.hpp>
 #include <dcpp/workload/generators.hpp>
 
@@ -75,5 +76,11 @@ int main(int argc, char** argv) {
   } catch (const dcpp::error& e) {
     fmt::print(stderr, "rank {}: {}\n", world.rank(), e.what());
     return 1;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "rank {}: out of memory\n", world.rank());
+    return dcpp::exit_out_of_memory;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "rank {}: internal error: {}\n", world.rank(), e.what());
+    return dcpp::exit_internal;
   }
 }

@@ -18,6 +18,8 @@
 
 #include <dcpp/attention/ring.hpp>
 #include <dcpp/comm/local.hpp>
+#include <dcpp/io/atomic_file.hpp>
+#include <dcpp/io/guarded_main.hpp>
 #include <dcpp/io/npy.hpp>
 
 namespace {
@@ -30,17 +32,18 @@ struct inputs {
   std::vector<std::int32_t> cu;
 };
 
-//! Writes values as `descr` ('<f2' for half, '<f4' otherwise, widening bfloat16 to float32).
+//! The .npy bytes of values as `descr` ('<f2' for half, '<f4' otherwise, widening bfloat16 to
+//! float32).
 template <class T>
-void write_values(const std::string& path, const std::string& descr,
-                  const std::vector<std::int64_t>& shape, const std::vector<T>& values) {
+std::string npy_values(const std::string& descr, const std::vector<std::int64_t>& shape,
+                       const std::vector<T>& values) {
   if constexpr (std::is_same_v<T, dcpp::bfloat16>) {
     std::vector<float> wide(values.size());
     for (std::size_t i = 0; i < values.size(); ++i)
       wide[i] = dcpp::to_float(values[i]);
-    dcpp::write_npy(path, descr, shape, wide);
+    return dcpp::npy_bytes(descr, shape, wide);
   } else {
-    dcpp::write_npy(path, descr, shape, values);
+    return dcpp::npy_bytes(descr, shape, values);
   }
 }
 
@@ -85,13 +88,16 @@ int run(const inputs& in, const dcpp::npy_array& qa, const dcpp::npy_array& ka,
   const std::vector<std::int64_t> qshape{in.tokens, in.heads, in.head_dim},
       kshape{in.tokens, in.kv_heads, in.head_dim}, oshape{in.tokens, in.heads, in.v_head_dim},
       vshape{in.tokens, in.kv_heads, in.v_head_dim};
-  write_values(out_dir + "/o.npy", descr, oshape, o);
-  dcpp::write_npy(out_dir + "/lse.npy", "<f4", {in.tokens, in.heads}, lse);
+  // all outputs are written in full before any is renamed into place: none or all appear
+  dcpp::staged_outputs outputs("--out-dir");
+  outputs.add(out_dir + "/o.npy", npy_values(descr, oshape, o));
+  outputs.add(out_dir + "/lse.npy", dcpp::npy_bytes("<f4", {in.tokens, in.heads}, lse));
   if (in.backward) {
-    write_values(out_dir + "/dq.npy", descr, qshape, dq);
-    write_values(out_dir + "/dk.npy", descr, kshape, dk);
-    write_values(out_dir + "/dv.npy", descr, vshape, dv);
+    outputs.add(out_dir + "/dq.npy", npy_values(descr, qshape, dq));
+    outputs.add(out_dir + "/dk.npy", npy_values(descr, kshape, dk));
+    outputs.add(out_dir + "/dv.npy", npy_values(descr, vshape, dv));
   }
+  outputs.commit();
   fmt::print("ring_attention_io: {} sequences, {} tokens, heads {}/{}, head_dim {}{}, cp = {}{} -> "
              "{}\n",
              in.cu.size() - 1, in.tokens, in.heads, in.kv_heads, in.head_dim,
@@ -110,13 +116,19 @@ int main(int argc, char** argv) {
   CLI::App app{"THD ring attention (causal, zigzag context parallel) on .npy files"};
   std::string q_path, k_path, v_path, cu_path, dout_path, out_dir = ".", dtype = "auto";
   inputs in;
-  app.add_option("--q", q_path, "q [tokens, heads, head_dim], float32 or float16")->required();
+  app.add_option(
+         "--q", q_path,
+         "q [tokens, heads, head_dim], float16, float32 or float64 (computed as float32); k, "
+         "v and dout share its dtype")
+      ->required();
   app.add_option("--k", k_path, "k [tokens, kv_heads, head_dim] (kv_heads divides heads)")
       ->required();
   app.add_option("--v", v_path,
                  "v [tokens, kv_heads, v_head_dim] (v_head_dim may differ from q's: MLA's 192/128)")
       ->required();
-  app.add_option("--cu-seqlens", cu_path, "cu_seqlens int32 [sequences + 1], real lengths")
+  app.add_option("--cu-seqlens", cu_path,
+                 "cu_seqlens int32 or int64 [sequences + 1], real lengths from 0 to tokens "
+                 "(zero-length sequences allowed)")
       ->required();
   app.add_option("--dout", dout_path,
                  "dO [tokens, heads, v_head_dim] (like o): also run the backward (dq, dk, dv)");
@@ -130,13 +142,25 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "fp32", "fp16", "bf16"}));
   app.add_option("--out-dir", out_dir, "where o.npy, lse.npy (dq.npy, dk.npy, dv.npy) go");
   CLI11_PARSE(app, argc, argv);
-  try {
+  return dcpp::guarded_main("ring_attention_io: ", [&]() -> int {
     const auto qa = dcpp::read_npy(q_path), ka = dcpp::read_npy(k_path),
                va = dcpp::read_npy(v_path), cu = dcpp::read_npy(cu_path);
+    dcpp::npy_array da;
+    if (!dout_path.empty())
+      da = dcpp::read_npy(dout_path), in.backward = true;
     if (qa.shape.size() != 3 || ka.shape.size() != 3 || va.shape.size() != 3)
       throw shape_error(fmt::format("--q, --k and --v must be [tokens, heads, head_dim]; got {}, "
                                     "{} and {} dimensions",
                                     qa.shape.size(), ka.shape.size(), va.shape.size()));
+    for (const auto* a : {&qa, &ka, &va})
+      if (a->shape[0] < 1 || a->shape[1] < 1 || a->shape[1] > 4096 || a->shape[2] < 1 ||
+          a->shape[2] > 4096)
+        throw shape_error(fmt::format("{} has shape {}; expected at least one token, 1 to 4096 "
+                                      "heads and a head dim of 1 to 4096",
+                                      a == &qa   ? "--q"
+                                      : a == &ka ? "--k"
+                                                 : "--v",
+                                      a->shape_text()));
     in.tokens = qa.shape[0];
     in.heads = static_cast<int>(qa.shape[1]);
     in.head_dim = static_cast<int>(qa.shape[2]);
@@ -154,36 +178,31 @@ int main(int argc, char** argv) {
     if (!dcpp::kernels::attention_head_shape_supported(in.head_dim, in.v_head_dim))
       throw shape_error(dcpp::detail::head_shape_message(in.head_dim, in.v_head_dim)
                             .substr(std::string_view("ring attention: ").size()));
-    if (cu.descr != "<i4")
-      throw shape_error(fmt::format("--cu-seqlens has dtype {}; expected int32", cu.descr));
-    in.cu = cu.as<std::int32_t>("--cu-seqlens");
-    if (in.cu.empty() || in.cu.front() != 0 || in.cu.back() != in.tokens)
-      throw shape_error(
-          fmt::format("--cu-seqlens must run from 0 to the {} tokens of --q", in.tokens));
-    for (std::size_t i = 0; i + 1 < in.cu.size(); ++i)
-      if (in.cu[i + 1] < in.cu[i])
-        throw shape_error(fmt::format("--cu-seqlens: sequence {} has length {}; must be >= 0", i,
-                                      in.cu[i + 1] - in.cu[i]));
-    dcpp::npy_array da;
-    if (!dout_path.empty()) {
-      da = dcpp::read_npy(dout_path);
-      in.backward = true;
-      if (da.shape != std::vector<std::int64_t>{in.tokens, in.heads, in.v_head_dim})
-        throw shape_error(fmt::format("--dout must be [{}, {}, {}] (tokens, heads of --q, head dim "
-                                      "of --v)",
-                                      in.tokens, in.heads, in.v_head_dim));
-    }
-    std::filesystem::create_directories(out_dir);
+    for (const auto x : dcpp::cu_seqlens_from_npy(cu, in.tokens, "--cu-seqlens"))
+      in.cu.push_back(static_cast<std::int32_t>(x)); // below 2^31: checked
     const dcpp::npy_array* dp = in.backward ? &da : nullptr;
-    if (dtype == "auto")
-      dtype = qa.descr == "<f2" ? "fp16" : "fp32";
+    if (dp && da.shape != std::vector<std::int64_t>{in.tokens, in.heads, in.v_head_dim})
+      throw shape_error(fmt::format("--dout has shape {}; must be [{}, {}, {}] (tokens, heads of "
+                                    "--q, head dim of --v)",
+                                    da.shape_text(), in.tokens, in.heads, in.v_head_dim));
+    const std::string input_dtype =
+        dcpp::common_float_dtype({{"--q", &qa}, {"--k", &ka}, {"--v", &va}, {"--dout", dp}});
+    if (dtype == "auto") {
+      dtype = input_dtype == "<f2" ? "fp16" : "fp32";
+      if (input_dtype == "<f8")
+        fmt::print(stderr, "ring_attention_io: note: the inputs are float64; computing and "
+                           "writing float32\n");
+    }
+    // the outputs' directory: what this run creates is removed again if it fails
+    dcpp::output_directory dir(out_dir, "--out-dir");
+    int status = 0;
     if (dtype == "fp16")
-      return run<dcpp::half>(in, qa, ka, va, dp, out_dir, "<f2");
-    if (dtype == "bf16")
-      return run<dcpp::bfloat16>(in, qa, ka, va, dp, out_dir, "<f4");
-    return run<float>(in, qa, ka, va, dp, out_dir, "<f4");
-  } catch (const dcpp::error& e) {
-    fmt::print(stderr, "ring_attention_io: {}\n", e.what());
-    return 1;
-  }
+      status = run<dcpp::half>(in, qa, ka, va, dp, out_dir, "<f2");
+    else if (dtype == "bf16")
+      status = run<dcpp::bfloat16>(in, qa, ka, va, dp, out_dir, "<f4");
+    else
+      status = run<float>(in, qa, ka, va, dp, out_dir, "<f4");
+    dir.keep();
+    return status;
+  });
 }

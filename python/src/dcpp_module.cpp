@@ -167,10 +167,7 @@ calibration fit_rows(const nb::iterable& rows, std::optional<std::int32_t> gpus_
 }
 
 calibration fit_csv(const std::string& path, std::optional<std::int32_t> gpus_per_node) {
-  std::ifstream in(path);
-  if (!in)
-    throw dcpp::error(dcpp::status_code::io_error,
-                      fmt::format("calibration: cannot open '{}'", path));
+  std::istringstream in(dcpp::read_file(path, "calibration"));
   auto named = dcpp::calibrated_from_rows(dcpp::read_calibration(in, path), gpus_per_node,
                                           "calibrated:" + path);
   return {std::get<dcpp::calibrated_cost>(std::move(named.estimator)), named.name};

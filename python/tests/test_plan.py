@@ -248,7 +248,7 @@ def test_json_round_trip_svg_and_validate():
         dcpp.Plan.from_json(json.dumps(doc)).validate()
     with pytest.raises(ValueError, match="world_size"):
         dcpp.Plan.from_json('{"format": "dcpp-plan/1"}')
-    with pytest.raises(ValueError, match="not JSON"):
+    with pytest.raises(ValueError, match="not valid JSON"):
         dcpp.Plan.from_json("{")
 
 

@@ -2,9 +2,15 @@
 // shape padding, its .npy outputs compared with the fp64 reference of each sequence.
 #include "../support.hpp"
 
+#include <sys/wait.h>
+
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../conv/conv_reference.hpp"
@@ -17,10 +23,24 @@ std::string program() {
   return p;
 }
 
+//! got matches the reference value `want` within the bound of its terms' scale; a NaN reference
+//! wants NaN; a NaN scale (the bound saw a NaN term the value does not depend on: without SiLU,
+//! dx = W^T dy does not read x) falls back to the scale of W terms of values in [-1, 1].
 template <class T>
-void check_run(const std::string& descr, int cp, int align, bool silu, int width) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   fmt::format("dcpp_conv1d_io_{}_{}_{}_{}", descr[2], cp, align, width);
+bool agrees(double got, double want, double scale) {
+  if (std::isnan(want))
+    return std::isnan(got);
+  if (std::isnan(scale))
+    scale = 8.0;
+  return std::fabs(got - want) <= dcpp_test::conv::tolerance<T>(want, scale);
+}
+
+template <class T>
+void check_run(const std::string& descr, int cp, int align, bool silu, int width,
+               std::int64_t nan_element = -1) {
+  const auto dir =
+      std::filesystem::temp_directory_path() /
+      fmt::format("dcpp_conv1d_io_{}_{}_{}_{}_{}", descr[2], cp, align, width, nan_element);
   std::filesystem::create_directories(dir);
   const std::vector<std::int32_t> cu{0, 1, 6, 40, 41, 120};
   const int channels = 6;
@@ -34,6 +54,9 @@ void check_run(const std::string& descr, int cp, int align, bool silu, int width
     w.push_back(dcpp_test::conv::value_at<T>(3, i, 0, 3));
   for (int c = 0; c < channels; ++c)
     b.push_back(dcpp_test::conv::value_at<T>(4, c, 0, 3));
+  if (nan_element >= 0) // a NaN must reach exactly the outputs that depend on it
+    x[static_cast<std::size_t>(nan_element)] =
+        dcpp::from_float<T>(std::numeric_limits<float>::quiet_NaN());
   dcpp::write_npy((dir / "x.npy").string(), descr, {tokens, channels}, x);
   dcpp::write_npy((dir / "dy.npy").string(), descr, {tokens, channels}, dy);
   dcpp::write_npy((dir / "w.npy").string(), descr, {channels, width}, w);
@@ -62,19 +85,30 @@ void check_run(const std::string& descr, int cp, int align, bool silu, int width
     for (std::int64_t i = 0; i < length * channels; ++i) {
       const auto at = static_cast<std::size_t>(begin * channels + i),
                  ri = static_cast<std::size_t>(i);
-      REQUIRE(std::fabs(yv[at] - r.y[ri]) <= dcpp_test::conv::tolerance<T>(r.y[ri], r.y_scale[ri]));
-      REQUIRE(std::fabs(dxv[at] - r.dx[ri]) <=
-              dcpp_test::conv::tolerance<T>(r.dx[ri], r.dx_scale[ri]));
+      CAPTURE(at);
+      REQUIRE(agrees<T>(yv[at], r.y[ri], r.y_scale[ri]));
+      REQUIRE(agrees<T>(dxv[at], r.dx[ri], r.dx_scale[ri]));
     }
     for (std::size_t k = 0; k < dw.size(); ++k)
       dw_ref[k] += r.dw[k], dw_scale[k] += r.dw_scale[k];
     for (std::size_t c = 0; c < db.size(); ++c)
       db_ref[c] += r.db[c], db_scale[c] += r.db_scale[c];
   }
-  for (std::size_t k = 0; k < dw.size(); ++k)
-    CHECK(std::fabs(dw[k] - dw_ref[k]) <= 128 * 0x1p-24 * dw_scale[k]);
-  for (std::size_t c = 0; c < db.size(); ++c)
-    CHECK(std::fabs(db[c] - db_ref[c]) <= 128 * 0x1p-24 * db_scale[c]);
+  const auto sum_agrees = [](double got, double want, double scale) {
+    if (std::isnan(want))
+      return std::isnan(got);
+    // a NaN in x makes the bound's scale NaN where the value itself does not depend on x
+    // (without SiLU, dB = sum dy): bound it by the values' range then
+    return std::fabs(got - want) <= 128 * 0x1p-24 * (std::isnan(scale) ? 1e3 : scale);
+  };
+  for (std::size_t k = 0; k < dw.size(); ++k) {
+    INFO(fmt::format("cp {} dw[{}] = {}, reference {}", cp, k, dw[k], dw_ref[k]));
+    CHECK(sum_agrees(dw[k], dw_ref[k], dw_scale[k]));
+  }
+  for (std::size_t c = 0; c < db.size(); ++c) {
+    INFO(fmt::format("cp {} db[{}] = {}, reference {}", cp, c, db[c], db_ref[c]));
+    CHECK(sum_agrees(db[c], db_ref[c], db_scale[c]));
+  }
   std::filesystem::remove_all(dir);
 }
 } // namespace
@@ -84,6 +118,48 @@ TEST_CASE("conv1d_io: outputs equal the fp64 reference, with CP and shape paddin
   check_run<float>("<f4", 3, 64, true, 3);
   check_run<float>("<f4", 4, 1, true, 2);
   check_run<dcpp::half>("<f2", 2, 16, true, 4);
+}
+
+TEST_CASE("conv1d_io: a NaN in x reaches exactly the outputs that depend on it, at every cp") {
+  // x element 43 * 6 + 2: token 43 of the sequence [41, 120), channel 2; its y rows are 43..45
+  // (W = 3), its dx rows 41..45 (the chunks cross ranks: the halo carries the NaN), dw and db of
+  // channel 2; nothing else, in the other sequences or channels.
+  for (const int cp : {1, 2, 3, 4})
+    check_run<float>("<f4", cp, 1, cp % 2 == 0, 3, 43 * 6 + 2);
+  check_run<float>("<f4", 3, 1, false, 4, 40 * 6 + 5); // the last token of a sequence
+}
+
+TEST_CASE("conv1d_io: zero-length sequences, mixed dtypes and failed writes (issue 22)") {
+  const auto dir = std::filesystem::temp_directory_path() / "dcpp_conv1d_io_hostile";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto p = [&](const char* name) { return (dir / name).string(); };
+  dcpp::write_npy(p("x.npy"), "<f4", {6, 2}, std::vector<float>(12, 1.0f));
+  dcpp::write_npy(p("w.npy"), "<f4", {2, 3}, std::vector<float>(6, 0.5f));
+  dcpp::write_npy(p("w2.npy"), "<f2", {2, 3}, std::vector<std::uint16_t>(6, 0x3800));
+  dcpp::write_npy(p("cu.npy"), "<i4", {3}, std::vector<std::int32_t>{0, 2, 6});
+  dcpp::write_npy(p("cu0.npy"), "<i8", {5}, std::vector<std::int64_t>{0, 0, 2, 2, 6});
+  const auto run = [&](const char* w, const char* cu, const std::string& out) {
+    const int rc = std::system(fmt::format("{} --x {} --w {} --cu-seqlens {} --cp 2 --out-dir {} "
+                                           "> /dev/null 2> {}",
+                                           program(), p("x.npy"), p(w), p(cu), out, p("err.txt"))
+                                   .c_str());
+    return std::pair{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, dcpp::read_file(p("err.txt"), "err")};
+  };
+  auto [rc, err] = run("w.npy", "cu.npy", p("a"));
+  REQUIRE(rc == 0);
+  std::tie(rc, err) = run("w.npy", "cu0.npy", p("b"));
+  REQUIRE(rc == 0);
+  CHECK(dcpp::read_file(p("a/y.npy"), "a") == dcpp::read_file(p("b/y.npy"), "b"));
+  std::tie(rc, err) = run("w2.npy", "cu.npy", p("c"));
+  CHECK(rc == 1);
+  CHECK(err == "conv1d_io: --w has dtype <f2 but --x has <f4: give every float input one dtype\n");
+  CHECK_FALSE(std::filesystem::exists(dir / "c")); // the failed run's --out-dir is gone
+  dcpp::write_file_atomically(p("file"), "x", "test");
+  std::tie(rc, err) = run("w.npy", "cu.npy", p("file") + "/y");
+  CHECK(rc == 1);
+  CHECK(err == fmt::format("conv1d_io: --out-dir: '{}' is not a directory\n", p("file")));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("conv1d_io: a wrong weight shape is a one-line error naming the shapes") {

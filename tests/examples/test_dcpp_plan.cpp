@@ -12,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "dcpp/io/plan_json.hpp"
 #include "dcpp/planner/validate.hpp"
 
@@ -191,7 +193,7 @@ TEST_CASE("dcpp-plan: bad input is one line, names the problem, and writes nothi
                "world_size = 6 is not a multiple of min_cp = 4");
   expect_error(ok.string() + " --max-tokens-per-rank 1", "below the padding unit");
   expect_error(ok.string() + " --world-size 32 --estimator gpt9", "--estimator 'gpt9' is unknown");
-  expect_error((scratch() / "missing.txt").string(), "cannot open input");
+  expect_error((scratch() / "missing.txt").string(), "input: cannot open");
   expect_error(ok.string() + " --world-size 32 --policy static_cp --static-cp 2", "static cp = 2");
 }
 
@@ -345,4 +347,28 @@ TEST_CASE("dcpp-plan: hostile numbers are one-line errors, not signals or hangs"
                "max_tokens_per_rank = 4611686018427387904 exceeds the limit");
   expect_error(wl.string() + " --world-size 2147483647", "world_size = 2147483647 exceeds");
   expect_error(wl.string() + " --padding-unit 2305843009213693952", "padding_unit = ");
+}
+
+TEST_CASE("dcpp-plan: hostile inputs are one-line errors, never an abort (issue 22)") {
+  // a directory as input (was an uncaught std::ios_base::failure)
+  const fs::path dir = scratch() / "a_directory";
+  fs::create_directories(dir);
+  expect_error(dir.string(), fmt::format("input: cannot read '{}': Is a directory", dir.string()));
+  // a value nested 100,000 deep (the error message dumped it recursively: a stack overflow)
+  const std::string deep =
+      "{\"seqlens\": [" + std::string(100000, '[') + std::string(100000, ']') + "]}";
+  expect_error(write("deep.json", deep).string(), "JSON nested deeper than 64 levels");
+  const std::string nested = "{\"seqlens\": [100, [[[[1]]]]]}";
+  expect_error(write("nested.json", nested).string(),
+               "seqlens[1] = an array (1 elements) must be a positive integer length");
+  // numbers past the range of the field: named, not wrapped
+  expect_error(write("big.json", "{\"seqlens\": [100], \"total_gpus\": 4294967297}").string(),
+               "field 'total_gpus' = 4294967297 must be a positive integer below 2147483648");
+  expect_error(write("huge.json", "{\"seqlens\": [18446744073709551615]}").string(),
+               "seqlens[0] = 18446744073709551615 must be a positive integer length");
+  expect_error(write("frac.json", "{\"seqlens\": [100.5]}").string(),
+               "seqlens[0] = 100.5 must be a positive integer length");
+  // a world too large for this machine's memory is refused by its limit, not by bad_alloc
+  expect_error(write("w.txt", "100\n").string() + " --world-size 2147483647",
+               "world_size = 2147483647 exceeds the limit 16777216");
 }

@@ -3,6 +3,8 @@
 // give one-line errors and a non-zero exit.
 #include "../support.hpp"
 
+#include <sys/wait.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -75,11 +77,12 @@ void check_run(const std::string& descr, int cp, bool backward, int dim = 64, in
 //! Runs the program with `args`, returns (exit status, stderr).
 std::pair<int, std::string> run_args(const std::string& args) {
   const auto err = std::filesystem::temp_directory_path() / "dcpp_ring_attention_io_err.txt";
-  const int rc = std::system(fmt::format("{} {} 2> {}", program(), args, err.string()).c_str());
+  const int rc =
+      std::system(fmt::format("{} {} > /dev/null 2> {}", program(), args, err.string()).c_str());
   std::ifstream in(err);
   std::stringstream s;
   s << in.rdbuf();
-  return {rc, s.str()};
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc), s.str()};
 }
 
 } // namespace
@@ -115,21 +118,100 @@ TEST_CASE("ring_attention_io: bad input is a one-line error") {
   std::tie(rc, err) = run_args(
       fmt::format("--q {0} --k {0} --v {0} --cu-seqlens {1}", p("k.npy"), p("cu_short.npy")));
   CHECK(rc != 0);
-  CHECK(err == "ring_attention_io: --cu-seqlens must run from 0 to the 10 tokens of --q\n");
-  std::tie(rc, err) =
-      run_args(fmt::format("--q {0} --k {0} --v {0} --cu-seqlens {1}", p("k.npy"), p("cu64.npy")));
-  CHECK(rc != 0);
-  CHECK(err == "ring_attention_io: --cu-seqlens has dtype <i8; expected int32\n");
+  CHECK(err ==
+        "ring_attention_io: --cu-seqlens ends at 9; must end at the 10 tokens of the input\n");
+  // int64 offsets are accepted (one cu_seqlens rule for both tools)
+  std::tie(rc, err) = run_args(fmt::format("--q {0} --k {0} --v {0} --cu-seqlens {1} --out-dir {2}",
+                                           p("k.npy"), p("cu64.npy"), p("out64")));
+  CHECK(rc == 0);
+  CHECK(err.empty());
   std::tie(rc, err) = run_args(fmt::format("--q {0} --k {0} --v {0} --cu-seqlens {1} --dout {2}",
                                            p("k.npy"), p("cu.npy"), p("q.npy")));
   CHECK(rc != 0);
-  CHECK(err == "ring_attention_io: --dout must be [10, 2, 64] (tokens, heads of --q, head dim of "
-               "--v)\n");
+  CHECK(err ==
+        "ring_attention_io: --dout has shape [10, 3, 64]; must be [10, 2, 64] (tokens, heads "
+        "of --q, head dim of --v)\n");
   // a V head dim that the kernels do not pair with Q/K's 64
   std::tie(rc, err) = run_args(fmt::format("--q {0} --k {0} --v {1} --cu-seqlens {2}", p("k.npy"),
                                            p("q32.npy"), p("cu.npy")));
   CHECK(rc != 0);
   CHECK(err == "ring_attention_io: head_dim = 64 with v_head_dim = 32; dcpp's kernels take equal "
                "head dims of 64, 96, 128, 192 or 256, or 192 with 128 (MLA)\n");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("ring_attention_io: hostile inputs and failed writes (issue 22)") {
+  const auto dir = std::filesystem::temp_directory_path() / "dcpp_ring_attention_io_hostile";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto p = [&](const char* name) { return (dir / name).string(); };
+  dcpp::write_npy(p("k.npy"), "<f4", {10, 2, 64}, std::vector<float>(10 * 2 * 64, 0.25f));
+  dcpp::write_npy(p("k8.npy"), "<f8", {10, 2, 64}, std::vector<double>(10 * 2 * 64, 0.25));
+  dcpp::write_npy(p("cu.npy"), "<i4", {3}, std::vector<std::int32_t>{0, 4, 10});
+  dcpp::write_npy(p("cu_zero.npy"), "<i4", {4}, std::vector<std::int32_t>{0, 4, 4, 10});
+  dcpp::write_npy(p("cu_frac.npy"), "<f4", {3}, std::vector<float>{0.0f, 4.5f, 10.0f});
+  dcpp::write_npy(p("cu_2d.npy"), "<i4", {1, 3}, std::vector<std::int32_t>{0, 4, 10});
+  const auto args = [&](const char* q, const char* k, const char* cu, const std::string& out) {
+    return fmt::format("--q {} --k {} --v {} --cu-seqlens {} --out-dir {}", p(q), p(k), p(k), p(cu),
+                       out);
+  };
+  // mixed dtypes are refused, not converted silently
+  auto [rc, err] = run_args(args("k.npy", "k8.npy", "cu.npy", p("out")));
+  CHECK(rc == 1);
+  CHECK(err == "ring_attention_io: --k has dtype <f8 but --q has <f4: give every float input one "
+               "dtype\n");
+  // float64 throughout is computed as float32, and says so
+  std::tie(rc, err) = run_args(args("k8.npy", "k8.npy", "cu.npy", p("out8")));
+  CHECK(rc == 0);
+  CHECK(err == "ring_attention_io: note: the inputs are float64; computing and writing float32\n");
+  // fractional and 2-D cu_seqlens are refused; zero-length sequences accepted
+  std::tie(rc, err) = run_args(args("k.npy", "k.npy", "cu_frac.npy", p("out")));
+  CHECK(err ==
+        "ring_attention_io: --cu-seqlens has dtype <f4; expected an integer dtype (<i4 or <i8)\n");
+  std::tie(rc, err) = run_args(args("k.npy", "k.npy", "cu_2d.npy", p("out")));
+  CHECK(err == "ring_attention_io: --cu-seqlens has shape [1, 3]; expected one dimension "
+               "[sequences + 1]\n");
+  std::tie(rc, err) = run_args(args("k.npy", "k.npy", "cu_zero.npy", p("out_zero")));
+  CHECK(rc == 0);
+  const auto o_zero = dcpp::read_npy(p("out_zero/o.npy")).as<float>("o");
+  const auto o_plain = dcpp::read_npy(p("out8/o.npy")).as<float>("o");
+  CHECK(o_zero == o_plain); // the empty sequence changes nothing
+  // a directory as an input, a truncated input: one line, exit 1
+  std::tie(rc, err) = run_args(fmt::format("--q {0} --k {1} --v {1} --cu-seqlens {2}", dir.string(),
+                                           p("k.npy"), p("cu.npy")));
+  CHECK(rc == 1);
+  CHECK(err == fmt::format("ring_attention_io: npy input: cannot read '{}': Is a directory\n",
+                           dir.string()));
+  {
+    std::string bytes = dcpp::read_file(p("k.npy"), "k");
+    bytes.resize(bytes.size() - 3);
+    dcpp::write_file_atomically(p("k_cut.npy"), bytes, "test");
+  }
+  std::tie(rc, err) = run_args(args("k_cut.npy", "k_cut.npy", "cu.npy", p("out")));
+  CHECK(rc == 1);
+  CHECK(err == fmt::format("ring_attention_io: {}: holds 5117 bytes of data; its shape [10, 2, 64] "
+                           "of dtype <f4 needs 5120\n",
+                           p("k_cut.npy")));
+  // an --out-dir that cannot be made: a file in the way; nothing is created
+  dcpp::write_file_atomically(p("file"), "x", "test");
+  std::tie(rc, err) = run_args(args("k.npy", "k.npy", "cu.npy", p("file") + "/sub"));
+  CHECK(rc == 1);
+  CHECK(err == fmt::format("ring_attention_io: --out-dir: '{}' is not a directory\n", p("file")));
+  // all outputs or none: lse.npy cannot be replaced (a directory stands there), so o.npy,
+  // written first, must not appear either, and an existing o.npy stays as it was
+  std::filesystem::create_directories(dir / "out_fail" / "lse.npy");
+  dcpp::write_file_atomically(p("out_fail/o.npy"), "old", "test");
+  std::tie(rc, err) = run_args(args("k.npy", "k.npy", "cu.npy", p("out_fail")));
+  CHECK(rc == 1);
+  CHECK(err.find("cannot write") != std::string::npos);
+  CHECK(dcpp::read_file(p("out_fail/o.npy"), "o") == "old");
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir / "out_fail"))
+    ++entries;
+  CHECK(entries == 2); // o.npy and the lse.npy directory: no temporary file left
+  // a failed run removes the --out-dir it created
+  std::tie(rc, err) = run_args(args("k.npy", "k8.npy", "cu.npy", p("new/deeper")));
+  CHECK(rc == 1);
+  CHECK_FALSE(std::filesystem::exists(dir / "new"));
   std::filesystem::remove_all(dir);
 }

@@ -57,7 +57,7 @@ TEST_CASE("batch_input: JSON errors name the field and index") {
         "batch.txt: seqlens[1] = 0 must be a positive integer length");
   CHECK(error_of(R"({"seqlens": []})") == "batch.txt: no sample lengths in the input");
   CHECK(error_of(R"({"seqlens": [1], "total_gpus": -2})") ==
-        "batch.txt: field 'total_gpus' = -2 must be a positive integer");
+        "batch.txt: field 'total_gpus' = -2 must be a positive integer below 2147483648");
   CHECK(error_of("{ nope").find("not valid JSON") != std::string::npos);
 }
 
@@ -93,4 +93,18 @@ TEST_CASE("batch_input: calibration CSV") {
   std::istringstream empty("# none\n");
   CHECK_THROWS_WITH_AS(dcpp::read_calibration(empty, "cal.csv"), "cal.csv: no calibration rows",
                        dcpp::error);
+}
+
+TEST_CASE("batch_input: hostile JSON is a named error (found by the fuzzer)") {
+  // a number past double's range: nlohmann throws out_of_range, not parse_error
+  CHECK(error_of("{\"seqlens\": [1], \"x\": 5555e99999}").find("batch.txt: not valid JSON") == 0);
+  CHECK(error_of("{\"seqlens\": [" + std::string(1000, '[') + std::string(1000, ']') + "]}") ==
+        "batch.txt: JSON nested deeper than 64 levels");
+  CHECK(error_of("{\"seqlens\": [1, {\"a\": 2}]}") ==
+        "batch.txt: seqlens[1] = an object (1 fields) must be a positive integer length");
+  CHECK(error_of("{\"seqlens\": [\"" + std::string(100, 'x') + "\"]}") ==
+        "batch.txt: seqlens[0] = \"" + std::string(40, 'x') +
+            "...\" (100 characters) must be a positive integer length");
+  CHECK(error_of("{\"seqlens\": [1], \"min_cp_size\": 2147483648}") ==
+        "batch.txt: field 'min_cp_size' = 2147483648 must be a positive integer below 2147483648");
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -42,7 +43,10 @@ inline dcpp::plan_options random_options(dcpp::workload::rng& r) {
   o.microbatch_multiple =
       r.uniform_int(0, 4) == 0 ? static_cast<std::int32_t>(r.uniform_int(2, 4)) : 1;
   if (r.uniform_int(0, 5) == 0)
-    o.max_cp = static_cast<std::int32_t>(r.uniform_int(1, o.world_size));
+    o.max_cp = o.group_topology == dcpp::topology::aligned
+                   ? std::int32_t{1} << r.uniform_int(
+                         0, std::bit_width(static_cast<unsigned>(o.world_size)) - 1)
+                   : static_cast<std::int32_t>(r.uniform_int(1, o.world_size));
   return o;
 }
 

@@ -45,6 +45,9 @@ void check_consistency(const dcpp::transformer_cost& truth) {
     CAPTURE(c.name);
     const dcpp::planner<dcpp::transformer_cost, dcpp::balanced> by_model(c.options, truth);
     const dcpp::planner<dcpp::calibrated_cost, dcpp::balanced> by_fit(c.options, fitted);
+    // the sanity check dcpp-plan and Python apply passes a fit of a real model's timings
+    const auto pr = dcpp::make_problem(c.options, c.lengths);
+    CHECK_NOTHROW(fitted.check_lengths(pr.lengths, pr.min_cp_of, pr.cp_sizes));
     const dcpp::plan ideal = by_model.make_plan(c.lengths);
     dcpp::plan calibrated = by_fit.make_plan(c.lengths);
     // the calibrated plan, timed by the model it was fitted to

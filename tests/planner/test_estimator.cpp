@@ -382,3 +382,44 @@ TEST_CASE("estimator: the micro-batch overhead is the option's, the estimator's,
           fmt::format("microbatch_overhead = {} must be finite and >= 0", bad));
   }
 }
+
+TEST_CASE("calibrated_cost: a fit that prices the plan's lengths at zero or falling is refused") {
+  // times that fall as the length grows (units swapped, say): the fit a*t + b*L^2 has b < 0,
+  // prices its own rows above zero, and turns negative past them
+  const std::vector<dcpp::calibration_row> rows{
+      {1000, 1, 2.0, false}, {2000, 1, 1.5, false}, {4000, 1, 1.0, false}};
+  const auto fit = dcpp::calibrated_cost::fit(rows);
+  CHECK(fit.report().shortest == 1000);
+  CHECK(fit.report().longest == 4000);
+  const std::vector<std::int32_t> sizes{1};
+  const auto error_of = [&](const std::vector<std::int64_t>& lengths) -> std::string {
+    const std::vector<std::int32_t> smallest(lengths.size(), 1);
+    try {
+      fit.check_lengths(lengths, smallest, sizes);
+    } catch (const dcpp::error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(error_of({1000}) == "no error");
+  const auto falling = error_of({4000, 1000, 2000, 2000});
+  CHECK(falling.find("prices length 4000 on 1 ranks") != std::string::npos);
+  CHECK(falling.find("falls as the length grows") != std::string::npos);
+  CHECK(falling.find("the calibration rows measured lengths 1000 to 4000") != std::string::npos);
+  const auto negative = error_of({9000});
+  CHECK(negative.find("prices a sample of length 9000 on 1 ranks") != std::string::npos);
+  CHECK(negative.find("not a time > 0") != std::string::npos);
+  // a sound fit passes over a wide range of lengths and sizes
+  const dcpp::calibrated_cost sound(
+      dcpp::calibrated_cost::fit(std::vector<dcpp::calibration_row>{{1000, 1, 1.0, false},
+                                                                    {2000, 1, 2.1, false},
+                                                                    {4000, 1, 4.5, false},
+                                                                    {4000, 2, 2.5, false},
+                                                                    {8000, 2, 5.5, false},
+                                                                    {16000, 2, 12.0, false}}));
+  std::vector<std::int64_t> many;
+  for (std::int64_t l = 100; l <= 64000; l = l * 3 / 2)
+    many.push_back(l);
+  const std::vector<std::int32_t> smallest(many.size(), 1), both{1, 2};
+  CHECK_NOTHROW(sound.check_lengths(many, smallest, both));
+}

@@ -76,6 +76,21 @@ TEST_CASE("options: each bad option is named with its value and limit") {
   o.max_cp = 2;
   CHECK(dcpp::check_options(o).code == invalid_option);
 
+  // max_cp 3 meant 2 without a word (issue 22); refused in the aligned topology, taken as is
+  // in the contiguous one
+  o = opts(8, 4096);
+  o.max_cp = 3;
+  s = dcpp::check_options(o);
+  CHECK(s.code == invalid_option);
+  CHECK(mentions(s, {"max_cp = 3", "power of two"}));
+  o.group_topology = dcpp::topology::contiguous;
+  CHECK(dcpp::check_options(o).ok());
+  // a world that is not a power of two: the largest group is named, not the world
+  o = opts(6, 1000);
+  const std::vector<std::int64_t> too_long{4001};
+  CHECK(mentions(dcpp::check_problem(o, too_long),
+                 {"largest plannable length 4000", "largest group 4 x max_tokens_per_rank"}));
+
   o = opts(8, 4096);
   o.microbatch_multiple = 0;
   CHECK(mentions(dcpp::check_options(o), {"microbatch_multiple = 0"}));
@@ -101,7 +116,7 @@ TEST_CASE("options: check_problem names the sample, its length and the limit") {
   s = dcpp::check_problem(o, too_long);
   CHECK(s.code == sample_too_long);
   CHECK(s.sample == 1);
-  CHECK(mentions(s, {"sample 1", "8001", "8000", "max_cp = 8", "max_tokens_per_rank = 1000"}));
+  CHECK(mentions(s, {"sample 1", "8001", "8000", "largest group 8", "max_tokens_per_rank = 1000"}));
 }
 
 TEST_CASE("options: min_cp_of is the smallest legal size that fits, against brute force") {

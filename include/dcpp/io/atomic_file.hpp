@@ -10,8 +10,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
@@ -121,5 +124,78 @@ inline void write_file_atomically(const std::string& path, std::string_view text
   f.write(text);
   f.commit();
 }
+
+//! Several outputs that appear together or not at all: each is staged and written in full
+//! (`add`), and only when all are written does `commit` rename them into place, so a failure
+//! while writing any of them (a full disk, an unwritable target) leaves none of them and no
+//! existing file changed. Two outputs naming the same file are refused before either is written.
+class staged_outputs {
+public:
+  explicit staged_outputs(std::string what) : what_(std::move(what)) {}
+
+  //! Stages `bytes` for `path` (written and closed now; renamed by `commit`).
+  void add(const std::string& path, std::string_view bytes) {
+    auto file = std::make_unique<staged_file>(path, what_);
+    for (const auto& other : files_)
+      if (other->target() == file->target())
+        throw error(status_code::io_error,
+                    fmt::format("{}: two outputs name the same file '{}'", what_, path));
+    file->write(bytes);
+    file->close();
+    files_.push_back(std::move(file));
+  }
+  //! Renames every staged output into place.
+  void commit() {
+    for (auto& file : files_)
+      file->commit();
+  }
+
+private:
+  std::string what_;
+  std::vector<std::unique_ptr<staged_file>> files_;
+};
+
+//! A directory for a run's outputs: the missing part of `path` is created now, and removed again
+//! (when still empty) by the destructor unless `keep` was called, so a failed run leaves no
+//! directory it made. Errors name `what`, the path and the system's reason.
+class output_directory {
+public:
+  output_directory(const std::filesystem::path& path, std::string what) {
+    std::vector<std::filesystem::path> missing;
+    std::error_code ec;
+    for (auto p = path.lexically_normal(); !p.empty(); p = p.parent_path()) {
+      const auto st = std::filesystem::status(p, ec);
+      if (std::filesystem::is_directory(st))
+        break;
+      if (std::filesystem::exists(st))
+        throw error(status_code::io_error,
+                    fmt::format("{}: '{}' is not a directory", what, p.string()));
+      missing.push_back(p);
+      if (p == p.parent_path())
+        break;
+    }
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+      if (!std::filesystem::create_directory(*it, ec) && ec)
+        throw error(status_code::io_error, fmt::format("{}: cannot create directory '{}': {}", what,
+                                                       it->string(), ec.message()));
+      created_.push_back(*it);
+    }
+  }
+  output_directory(const output_directory&) = delete;
+  output_directory& operator=(const output_directory&) = delete;
+  ~output_directory() {
+    if (kept_)
+      return;
+    std::error_code ec;
+    for (auto it = created_.rbegin(); it != created_.rend(); ++it)
+      std::filesystem::remove(*it, ec); // only an empty directory is removed
+  }
+  //! The run succeeded: the directories stay.
+  void keep() noexcept { kept_ = true; }
+
+private:
+  std::vector<std::filesystem::path> created_;
+  bool kept_ = false;
+};
 
 } // namespace dcpp

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dcpp/error.hpp"
+#include "dcpp/io/json_input.hpp"
 #include "dcpp/planner/calibrated_cost.hpp"
 
 namespace dcpp {
@@ -54,11 +55,13 @@ std::optional<T> optional_integer(const nlohmann::json& j, std::string_view sour
   for (const char* key : keys) {
     if (!j.contains(key) || j[key].is_null())
       continue;
-    if (!j[key].is_number_integer() || j[key].get<std::int64_t>() <= 0)
+    T value{};
+    if (!json_integer(j[key], value) || value <= 0)
       throw error(status_code::parse_error,
-                  fmt::format("{}: field '{}' = {} must be a positive integer", source, key,
-                              j[key].dump()));
-    return j[key].get<T>();
+                  fmt::format("{}: field '{}' = {} must be a positive integer below {}", source,
+                              key, describe_json(j[key]),
+                              std::uint64_t{std::numeric_limits<T>::max()} + 1));
+    return value;
   }
   return std::nullopt;
 }
@@ -74,24 +77,19 @@ inline batch_input read_batch(std::istream& in, std::string_view source) {
   batch.name = std::string(source);
   const auto start = text.find_first_not_of(" \t\r\n");
   if (start != std::string::npos && text[start] == '{') {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw error(status_code::parse_error,
-                  fmt::format("{}: not valid JSON ({})", source, e.what()));
-    }
+    const nlohmann::json j = detail::parse_json(text, source);
     if (!j.contains("seqlens") || !j["seqlens"].is_array())
       throw error(status_code::parse_error,
                   fmt::format("{}: missing array field 'seqlens'", source));
     const auto& seqlens = j["seqlens"];
     for (std::size_t i = 0; i < seqlens.size(); ++i) {
-      if (!seqlens[i].is_number_integer() || seqlens[i].get<std::int64_t>() <= 0)
+      std::int64_t length = 0;
+      if (!detail::json_integer(seqlens[i], length) || length <= 0)
         throw error(status_code::invalid_length,
                     fmt::format("{}: seqlens[{}] = {} must be a positive integer length", source, i,
-                                seqlens[i].dump()),
+                                detail::describe_json(seqlens[i])),
                     static_cast<std::int64_t>(i));
-      batch.lengths.push_back(seqlens[i].get<std::int64_t>());
+      batch.lengths.push_back(length);
     }
     if (j.contains("name") && j["name"].is_string())
       batch.name = j["name"].get<std::string>();

@@ -3,11 +3,12 @@
 // same recorded estimator name, for the same input.
 #pragma once
 
-#include <fstream>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -15,6 +16,7 @@
 
 #include "dcpp/error.hpp"
 #include "dcpp/io/batch_input.hpp"
+#include "dcpp/io/file_input.hpp"
 #include "dcpp/planner/calibrated_cost.hpp"
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/packing/balanced.hpp"
@@ -81,10 +83,7 @@ inline named_estimator estimator_from_spec(std::string_view spec, const network_
                               "links (give {} for the node size the timings were taken on)",
                               say.intra_node, say.inter_node, say.estimator, say.gpus_per_node));
     const std::string path(spec.substr(11));
-    std::ifstream in(path);
-    if (!in)
-      throw error(status_code::parse_error,
-                  fmt::format("{} calibrated: cannot open '{}'", say.estimator, path));
+    std::istringstream in(read_file(path, fmt::format("{} calibrated", say.estimator)));
     return calibrated_from_rows(read_calibration(in, path), net.gpus_per_node, std::string(spec));
   }
   if (auto preset = transformer_cost::from_preset(spec)) {
@@ -146,6 +145,11 @@ plan plan_named(const plan_options& options, const Estimator& estimator,
                 std::span<const std::int64_t> lengths) {
   const planner<Estimator, Packing> p(options, estimator, packing);
   throw_if_failed(p.can_plan(lengths));
+  if constexpr (std::is_same_v<Estimator, calibrated_cost>) {
+    // a fit outside its rows may price samples at zero, or longer ones below shorter ones
+    const problem pr = make_problem(options, lengths);
+    estimator.check_lengths(pr.lengths, pr.min_cp_of, pr.cp_sizes);
+  }
   plan result = p.make_plan(lengths);
   result.estimator = std::string(estimator_name);
   return result;

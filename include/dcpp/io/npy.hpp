@@ -2,22 +2,33 @@
 // programs: read into bytes + dtype + shape, convert to the element type a kernel takes, write.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
+#include <initializer_list>
+#include <limits>
 #include <numeric>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dcpp/core/float16.hpp"
 #include "dcpp/error.hpp"
 #include "dcpp/io/atomic_file.hpp"
+#include "dcpp/io/file_input.hpp"
 
 namespace dcpp {
 
-//! An array as stored: `descr` is NumPy's dtype string ('<f4', '<f2', '<i4', ...).
+//! The dtypes the readers convert from (little-endian): float16/32/64, int32/64.
+inline constexpr std::string_view npy_dtypes = "<f2 <f4 <f8 <i4 <i8";
+
+//! An array as stored: `descr` is NumPy's dtype string ('<f4', '<f2', '<i4', ...), one of
+//! `npy_dtypes` after read_npy / parse_npy.
 struct npy_array {
   std::string descr;
   std::vector<std::int64_t> shape;
@@ -28,13 +39,24 @@ struct npy_array {
                            [](std::int64_t a, std::int64_t b) { return a * b; });
   }
   [[nodiscard]] std::size_t item_size() const {
-    return descr.size() >= 3 ? static_cast<std::size_t>(std::stoi(descr.substr(2))) : 0;
+    return descr.size() == 3 && descr[2] >= '1' && descr[2] <= '8'
+               ? static_cast<std::size_t>(descr[2] - '0')
+               : 0;
+  }
+  [[nodiscard]] bool is_float() const { return descr.size() == 3 && descr[1] == 'f'; }
+  [[nodiscard]] bool is_integer() const { return descr.size() == 3 && descr[1] == 'i'; }
+  //! "[3, 4]"
+  [[nodiscard]] std::string shape_text() const {
+    return fmt::format("[{}]", fmt::join(shape, ", "));
   }
 
   //! The values converted to T (float, double, half, bfloat16 or int32/int64), from float16/32/64
   //! or int32/64 storage. Throws naming the file's dtype when it cannot convert.
   template <class T>
   [[nodiscard]] std::vector<T> as(const std::string& what) const {
+    if (descr != "<f2" && descr != "<f4" && descr != "<f8" && descr != "<i4" && descr != "<i8")
+      throw error(status_code::parse_error,
+                  fmt::format("{}: dtype '{}' is not one of {}", what, descr, npy_dtypes));
     std::vector<T> out(static_cast<std::size_t>(elements()));
     for (std::size_t i = 0; i < out.size(); ++i) {
       const unsigned char* p = data.data() + i * item_size();
@@ -53,13 +75,19 @@ struct npy_array {
         std::int32_t k;
         std::memcpy(&k, p, 4);
         v = k;
-      } else if (descr == "<i8") {
+      } else {
         std::int64_t k;
         std::memcpy(&k, p, 8);
+        if constexpr (std::is_integral_v<T>) { // exact, no trip through double
+          if (k < std::numeric_limits<T>::min() || k > std::numeric_limits<T>::max())
+            throw error(status_code::parse_error,
+                        fmt::format("{}: element {} = {} does not fit the {}-bit integers it is "
+                                    "read as",
+                                    what, i, k, 8 * sizeof(T)));
+          out[i] = static_cast<T>(k);
+          continue;
+        }
         v = static_cast<double>(k);
-      } else {
-        throw error(status_code::parse_error,
-                    fmt::format("{}: dtype '{}' is not one of <f2 <f4 <f8 <i4 <i8", what, descr));
       }
       if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>)
         out[i] = from_float<T>(static_cast<float>(v));
@@ -70,73 +98,204 @@ struct npy_array {
   }
 };
 
-//! Reads `path`; errors name the file and what is wrong with it.
-inline npy_array read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw error(status_code::parse_error, fmt::format("{}: cannot open", path));
-  char magic[8];
-  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
-    throw error(status_code::parse_error, fmt::format("{}: not a .npy file (bad magic)", path));
-  std::uint32_t header_length = 0;
-  if (magic[6] == 1) {
-    unsigned char l[2];
-    in.read(reinterpret_cast<char*>(l), 2);
-    header_length = l[0] | (l[1] << 8);
-  } else {
-    unsigned char l[4];
-    in.read(reinterpret_cast<char*>(l), 4);
-    header_length = l[0] | (l[1] << 8) | (l[2] << 16) | (static_cast<std::uint32_t>(l[3]) << 24);
-  }
-  std::string header(header_length, '\0');
-  if (!in.read(header.data(), header_length))
-    throw error(status_code::parse_error, fmt::format("{}: truncated header", path));
-  auto field = [&](const std::string& key) {
-    const auto at = header.find("'" + key + "'");
-    if (at == std::string::npos)
-      throw error(status_code::parse_error, fmt::format("{}: header has no '{}'", path, key));
-    return header.find(':', at) + 1;
-  };
-  npy_array a;
-  {
-    const auto start = header.find('\'', field("descr")) + 1;
-    a.descr = header.substr(start, header.find('\'', start) - start);
-    if (a.descr.size() > 1 && a.descr[0] == '|')
-      a.descr[0] = '<';
-  }
-  if (const auto at = header.find_first_not_of(' ', field("fortran_order"));
-      at != std::string::npos && header.compare(at, 4, "True") == 0)
-    throw error(status_code::parse_error, fmt::format("{}: Fortran order is not supported", path));
-  {
-    const auto open = header.find('(', field("shape")), close = header.find(')', open);
-    std::string dims = header.substr(open + 1, close - open - 1);
-    std::size_t pos = 0;
-    while (pos < dims.size()) {
-      const auto comma = dims.find(',', pos);
-      const std::string item =
-          dims.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-      if (item.find_first_not_of(' ') != std::string::npos)
-        a.shape.push_back(std::stoll(item));
-      if (comma == std::string::npos)
+namespace detail {
+
+//! A strict reader of the header's Python dict literal: {'descr': '<f4', 'fortran_order':
+//! False, 'shape': (3, 4), } with either quote, any spacing, keys in any order, each once.
+class npy_header_parser {
+public:
+  npy_header_parser(std::string_view text, std::string_view source)
+      : text_(text), source_(source) {}
+
+  void parse(npy_array& a, bool& fortran) {
+    bool have_descr = false, have_order = false, have_shape = false;
+    expect('{');
+    for (;;) {
+      skip_spaces();
+      if (peek() == '}')
         break;
-      pos = comma + 1;
+      const std::string key = quoted();
+      expect(':');
+      skip_spaces();
+      if (key == "descr") {
+        once(have_descr, key);
+        a.descr = quoted();
+      } else if (key == "fortran_order") {
+        once(have_order, key);
+        fortran = boolean();
+      } else if (key == "shape") {
+        once(have_shape, key);
+        a.shape = dims();
+      } else {
+        fail(fmt::format("unknown header key '{}'", key));
+      }
+      skip_spaces();
+      if (peek() == ',') {
+        ++at_;
+        continue;
+      }
+      if (peek() != '}')
+        fail(fmt::format("expected ',' or '}}' at header byte {}", at_));
     }
+    ++at_;
+    skip_spaces();
+    if (at_ != text_.size())
+      fail(fmt::format("unexpected text after the header dict at byte {}", at_));
+    if (!have_descr || !have_order || !have_shape)
+      fail(fmt::format("header has no '{}'", !have_descr   ? "descr"
+                                             : !have_order ? "fortran_order"
+                                                           : "shape"));
   }
-  if (a.descr.empty() || (a.descr[0] != '<' && a.descr[0] != '='))
-    throw error(status_code::parse_error,
-                fmt::format("{}: dtype '{}' is not little-endian", path, a.descr));
-  a.data.resize(static_cast<std::size_t>(a.elements()) * a.item_size());
-  if (!in.read(reinterpret_cast<char*>(a.data.data()), static_cast<std::streamsize>(a.data.size())))
-    throw error(
-        status_code::parse_error,
-        fmt::format("{}: holds fewer than the {} bytes its shape needs", path, a.data.size()));
+
+private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw error(status_code::parse_error, fmt::format("{}: {}", source_, what));
+  }
+  char peek() const { return at_ < text_.size() ? text_[at_] : '\0'; }
+  void skip_spaces() {
+    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\n' || text_[at_] == '\t'))
+      ++at_;
+  }
+  void expect(char c) {
+    skip_spaces();
+    if (peek() != c)
+      fail(fmt::format("expected '{}' at header byte {}", c, at_));
+    ++at_;
+  }
+  void once(bool& seen, const std::string& key) const {
+    if (seen)
+      fail(fmt::format("header key '{}' appears twice", key));
+    seen = true;
+  }
+  std::string quoted() {
+    skip_spaces();
+    const char q = peek();
+    if (q != '\'' && q != '"')
+      fail(fmt::format("expected a quoted string at header byte {}", at_));
+    const auto end = text_.find(q, at_ + 1);
+    if (end == std::string_view::npos || end - at_ > 64)
+      fail(fmt::format("unterminated string at header byte {}", at_));
+    std::string out(text_.substr(at_ + 1, end - at_ - 1));
+    at_ = end + 1;
+    return out;
+  }
+  bool boolean() {
+    if (text_.substr(at_, 4) == "True")
+      return at_ += 4, true;
+    if (text_.substr(at_, 5) == "False")
+      return at_ += 5, false;
+    fail(fmt::format("'fortran_order' must be True or False (header byte {})", at_));
+  }
+  std::vector<std::int64_t> dims() {
+    if (peek() != '(')
+      fail(fmt::format("'shape' must be a tuple (header byte {})", at_));
+    ++at_;
+    std::vector<std::int64_t> out;
+    for (;;) {
+      skip_spaces();
+      if (peek() == ')')
+        break;
+      const std::size_t begin = at_;
+      while (at_ < text_.size() && text_[at_] >= '0' && text_[at_] <= '9')
+        ++at_;
+      std::int64_t d = 0;
+      const auto [end, ec] = std::from_chars(text_.data() + begin, text_.data() + at_, d);
+      if (begin == at_ || ec != std::errc()) {
+        std::size_t stop = at_;
+        while (stop < text_.size() && text_[stop] != ',' && text_[stop] != ')')
+          ++stop;
+        fail(fmt::format("shape dimension {} is '{}', not a non-negative integer below 2^63",
+                         out.size(), text_.substr(begin, stop - begin)));
+      }
+      if (out.size() >= 32)
+        fail("shape has more than 32 dimensions");
+      out.push_back(d);
+      skip_spaces();
+      if (peek() == ',') {
+        ++at_;
+        continue;
+      }
+      if (peek() != ')')
+        fail(fmt::format("expected ',' or ')' in 'shape' at header byte {}", at_));
+    }
+    ++at_;
+    return out;
+  }
+
+  std::string_view text_, source_;
+  std::size_t at_ = 0;
+};
+
+} // namespace detail
+
+//! Parses a whole .npy file held in `bytes` (format 1.0, 2.0 or 3.0). The header is checked
+//! before anything is allocated: the magic, the version, the header length against the bytes
+//! there are, every key, the dtype (one of `npy_dtypes`; big-endian and Fortran order refused),
+//! every dimension (non-negative integers whose product in bytes fits 64 bits), and the data
+//! size, which must equal what the shape needs. Errors name `source` and what is wrong.
+inline npy_array parse_npy(std::string_view bytes, std::string_view source) {
+  const auto fail = [&](const std::string& what) {
+    return error(status_code::parse_error, fmt::format("{}: {}", source, what));
+  };
+  if (bytes.size() < 10 || bytes.substr(0, 6) != std::string_view("\x93NUMPY", 6))
+    throw fail("not a .npy file (bad magic)");
+  const auto major = static_cast<unsigned char>(bytes[6]),
+             minor = static_cast<unsigned char>(bytes[7]);
+  if (major < 1 || major > 3)
+    throw fail(fmt::format("format version {}.{} is not 1.0, 2.0 or 3.0", major, minor));
+  const std::size_t length_bytes = major == 1 ? 2 : 4;
+  if (bytes.size() < 8 + length_bytes)
+    throw fail("truncated header");
+  std::uint64_t header_length = 0;
+  for (std::size_t i = 0; i < length_bytes; ++i)
+    header_length |= std::uint64_t{static_cast<unsigned char>(bytes[8 + i])} << (8 * i);
+  const std::size_t prefix = 8 + length_bytes;
+  if (header_length > bytes.size() - prefix)
+    throw fail(fmt::format("header length {} runs past the end of the file ({} bytes)",
+                           header_length, bytes.size()));
+  const std::string_view header = bytes.substr(prefix, header_length);
+  if (major < 3)
+    for (const char c : header)
+      if (static_cast<unsigned char>(c) >= 0x80)
+        throw fail("header is not ASCII (format 1.0 and 2.0 headers are)");
+  npy_array a;
+  bool fortran = false;
+  detail::npy_header_parser(header, source).parse(a, fortran);
+  if (!a.descr.empty() && (a.descr[0] == '=' || a.descr[0] == '|'))
+    a.descr[0] = '<';
+  if (a.descr.size() == 3 && a.descr[0] == '>')
+    throw fail(fmt::format("dtype '{}' is big-endian; only little-endian is read", a.descr));
+  if (a.descr != "<f2" && a.descr != "<f4" && a.descr != "<f8" && a.descr != "<i4" &&
+      a.descr != "<i8")
+    throw fail(fmt::format("dtype '{}' is not one of {}", a.descr, npy_dtypes));
+  if (fortran)
+    throw fail("Fortran order is not supported (write the array C-contiguous)");
+  std::uint64_t need = a.item_size();
+  for (const auto d : a.shape)
+    if (__builtin_mul_overflow(need, static_cast<std::uint64_t>(d), &need) ||
+        need > (std::uint64_t{1} << 62))
+      throw fail(
+          fmt::format("shape {} of dtype {} needs more than 2^62 bytes", a.shape_text(), a.descr));
+  const std::uint64_t have = bytes.size() - prefix - header_length;
+  if (have != need)
+    throw fail(fmt::format("holds {} bytes of data; its shape {} of dtype {} needs {}", have,
+                           a.shape_text(), a.descr, need));
+  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data() + prefix + header_length);
+  a.data.assign(data, data + need);
   return a;
 }
 
-//! Writes `values` with dtype `descr` ('<f4', '<f2', '<i4') and `shape` (format 1.0).
+//! Reads and parses `path` (see parse_npy); errors name the file and what is wrong with it. A
+//! directory, a missing or unreadable file are errors too.
+inline npy_array read_npy(const std::string& path) {
+  return parse_npy(read_file(path, "npy input"), path);
+}
+
+//! The bytes of a .npy file (format 1.0) of `values` with dtype `descr` ('<f4', '<f2', '<i4')
+//! and `shape`.
 template <class T>
-void write_npy(const std::string& path, const std::string& descr,
-               const std::vector<std::int64_t>& shape, const std::vector<T>& values) {
+std::string npy_bytes(const std::string& descr, const std::vector<std::int64_t>& shape,
+                      const std::vector<T>& values) {
   std::string dims;
   for (const auto d : shape)
     dims += fmt::format("{}, ", d);
@@ -155,8 +314,70 @@ void write_npy(const std::string& path, const std::string& descr,
   bytes.push_back(static_cast<char>(length >> 8));
   bytes += header;
   bytes.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
-  // staged beside the target and renamed into place: a failed write leaves no partial file
-  write_file_atomically(path, bytes, "npy");
+  return bytes;
+}
+
+//! Writes `values` with dtype `descr` ('<f4', '<f2', '<i4') and `shape` (format 1.0), staged
+//! beside the target and renamed into place: a failed write leaves no partial file.
+template <class T>
+void write_npy(const std::string& path, const std::string& descr,
+               const std::vector<std::int64_t>& shape, const std::vector<T>& values) {
+  write_file_atomically(path, npy_bytes(descr, shape, values), "npy");
+}
+
+//! The rule both npy tools apply to `cu_seqlens`: an integer array (int32 or int64), 1-D, at least
+//! [0, tokens], starting at 0, non-decreasing, ending at `tokens`, each offset below 2^31.
+//! Zero-length sequences (repeated offsets) are allowed: they hold no token and produce no
+//! output row. Errors name `what` and the offending entry.
+inline std::vector<std::int64_t> cu_seqlens_from_npy(const npy_array& a, std::int64_t tokens,
+                                                     std::string_view what) {
+  const auto fail = [&](const std::string& message) {
+    return error(status_code::invalid_length, fmt::format("{} {}", what, message));
+  };
+  if (!a.is_integer())
+    throw fail(fmt::format("has dtype {}; expected an integer dtype (<i4 or <i8)", a.descr));
+  if (a.shape.size() != 1)
+    throw fail(fmt::format("has shape {}; expected one dimension [sequences + 1]", a.shape_text()));
+  if (a.shape[0] < 2)
+    throw fail(
+        fmt::format("has {} entries; expected at least 2 (0 and the token count)", a.shape[0]));
+  auto offsets = a.as<std::int64_t>(std::string(what));
+  if (offsets.front() != 0)
+    throw fail(fmt::format("[0] = {}; must be 0", offsets.front()));
+  for (std::size_t i = 0; i + 1 < offsets.size(); ++i)
+    if (offsets[i + 1] < offsets[i])
+      throw fail(fmt::format("[{}] = {} is below [{}] = {}: sequence {} would have length {}",
+                             i + 1, offsets[i + 1], i, offsets[i], i, offsets[i + 1] - offsets[i]));
+  if (offsets.back() != tokens)
+    throw fail(
+        fmt::format("ends at {}; must end at the {} tokens of the input", offsets.back(), tokens));
+  if (tokens > std::numeric_limits<std::int32_t>::max())
+    throw fail(fmt::format("ends at {}; the tools take at most 2^31 - 1 tokens", tokens));
+  return offsets;
+}
+
+//! The compute dtype of a tool's float inputs: every one must have the same dtype (float16,
+//! float32 or float64); integer arrays are refused. Returns that dtype.
+inline std::string
+common_float_dtype(std::initializer_list<std::pair<std::string_view, const npy_array*>> inputs) {
+  std::string descr;
+  std::string_view first;
+  for (const auto& [name, a] : inputs) {
+    if (!a)
+      continue;
+    if (!a->is_float())
+      throw error(
+          status_code::invalid_length,
+          fmt::format("{} has dtype {}; expected a float dtype (<f2, <f4 or <f8)", name, a->descr));
+    if (descr.empty()) {
+      descr = a->descr, first = name;
+    } else if (a->descr != descr) {
+      throw error(status_code::invalid_length,
+                  fmt::format("{} has dtype {} but {} has {}: give every float input one dtype",
+                              name, a->descr, first, descr));
+    }
+  }
+  return descr;
 }
 
 } // namespace dcpp

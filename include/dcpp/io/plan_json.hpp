@@ -2,16 +2,20 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "dcpp/error.hpp"
+#include "dcpp/io/json_input.hpp"
 #include "dcpp/planner/evaluate.hpp"
 #include "dcpp/planner/options.hpp"
 #include "dcpp/planner/plan.hpp"
@@ -114,11 +118,40 @@ template <class T>
 T get_field(const nlohmann::json& j, std::string_view where, const char* key) {
   if (!j.is_object() || !j.contains(key))
     throw error(status_code::parse_error, fmt::format("{}: missing field '{}'", where, key));
-  try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw error(status_code::parse_error, fmt::format("{}: field '{}' = {} has the wrong type",
-                                                      where, key, j.at(key).dump()));
+  const auto& v = j.at(key);
+  const auto wrong = [&](std::string_view expected) {
+    return error(status_code::parse_error, fmt::format("{}: field '{}' = {} must be {}", where, key,
+                                                       describe_json(v), expected));
+  };
+  if constexpr (std::is_integral_v<T>) {
+    T out{};
+    if (!json_integer(v, out))
+      throw wrong(fmt::format("an integer in [{}, {}]", std::numeric_limits<T>::min(),
+                              std::numeric_limits<T>::max()));
+    return out;
+  } else if constexpr (std::is_same_v<T, std::vector<std::int64_t>> ||
+                       std::is_same_v<T, std::vector<std::int32_t>>) {
+    using E = typename T::value_type;
+    if (!v.is_array())
+      throw wrong("an array of integers");
+    T out(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (!json_integer(v[i], out[i]))
+        throw error(status_code::parse_error,
+                    fmt::format("{}: {}[{}] = {} must be an integer in [{}, {}]", where, key, i,
+                                describe_json(v[i]), std::numeric_limits<E>::min(),
+                                std::numeric_limits<E>::max()));
+    return out;
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (!v.is_number())
+      throw wrong("a number");
+    return v.get<double>();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string())
+      throw wrong("a string");
+    return v.get<std::string>();
+  } else {
+    return v;
   }
 }
 } // namespace detail
@@ -127,12 +160,7 @@ T get_field(const nlohmann::json& j, std::string_view where, const char* key) {
 //! call `evaluate` to recompute them under an estimator and `validate` to check the plan.
 //! Throws dcpp::error naming the field on malformed input.
 inline plan read_plan_json(std::string_view text, std::string_view source = "plan") {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw error(status_code::parse_error, fmt::format("{}: not JSON ({})", source, e.what()));
-  }
+  const nlohmann::json j = detail::parse_json(text, source);
   const auto format = detail::get_field<std::string>(j, source, "format");
   if (format != plan_format_name)
     throw error(status_code::parse_error,
@@ -214,12 +242,7 @@ inline plan read_plan_json(std::string_view text, std::string_view source = "pla
 //! dcpp::error naming the field on malformed input.
 inline plan_options read_plan_options_json(std::string_view text,
                                            std::string_view source = "plan") {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw error(status_code::parse_error, fmt::format("{}: not JSON ({})", source, e.what()));
-  }
+  const nlohmann::json j = detail::parse_json(text, source);
   plan_options o;
   o.world_size = detail::get_field<std::int32_t>(j, source, "world_size");
   o.max_tokens_per_rank = detail::get_field<std::int64_t>(j, source, "max_tokens_per_rank");

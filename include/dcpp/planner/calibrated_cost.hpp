@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -38,6 +39,8 @@ struct calibration_report {
   double rms_relative = 0;      //!< root mean square of the relative residuals
   double max_relative = 0;      //!< the largest |relative residual|...
   std::size_t worst_row = 0;    //!< ...and its row (1-based, in input order)
+  std::int64_t shortest = 0;    //!< the shortest and longest measured sample lengths
+  std::int64_t longest = 0;
 };
 
 //! cost(L, cp) = max(0, compute + ring), with t = L/cp the tokens per rank:
@@ -372,7 +375,58 @@ public:
       }
     }
     report.rms_relative = std::sqrt(sum2 / static_cast<double>(n));
+    for (const auto& r : rows)
+      if (!r.microbatch) {
+        report.shortest = report.shortest == 0 ? r.length : std::min(report.shortest, r.length);
+        report.longest = std::max(report.longest, r.length);
+      }
     return fitted;
+  }
+
+  //! A fit is only as good as the lengths its rows cover: outside them (or with rows that
+  //! disagree) it may price a sample at zero or below, or a longer sample below a shorter one,
+  //! and a plan made with it would be wrong without a word. Checks every distinct length of
+  //! `lengths` at every size of `sizes` from `smallest_cp[s]` up: the price must be positive and
+  //! finite, and must not fall by more than `tolerance` (relative) from one length to the next
+  //! longer one at the same size. Throws dcpp::error naming the lengths, the size, the prices
+  //! and the range of lengths the rows measured.
+  void check_lengths(std::span<const std::int64_t> lengths,
+                     std::span<const std::int32_t> smallest_cp, std::span<const std::int32_t> sizes,
+                     double tolerance = 0.01) const {
+    std::vector<std::pair<std::int64_t, std::int32_t>> by_length(lengths.size());
+    for (std::size_t s = 0; s < lengths.size(); ++s)
+      by_length[s] = {lengths[s], smallest_cp[s]};
+    std::sort(by_length.begin(), by_length.end());
+    by_length.erase(std::unique(by_length.begin(), by_length.end(),
+                                [](const auto& a, const auto& b) { return a.first == b.first; }),
+                    by_length.end());
+    const std::string measured =
+        report_.rows == 0
+            ? std::string("a fit given by its coefficients")
+            : fmt::format("the calibration rows measured lengths {} to {}; measure samples that "
+                          "cover the batch",
+                          report_.shortest, report_.longest);
+    for (const std::int32_t cp : sizes) {
+      std::int64_t previous_length = -1;
+      double previous = 0;
+      for (const auto& [length, smallest] : by_length) {
+        if (smallest > cp)
+          continue;
+        const double price = cost(length, cp);
+        if (!(price > 0) || !std::isfinite(price))
+          throw error(status_code::invalid_option,
+                      fmt::format("calibrated: the fit prices a sample of length {} on {} ranks "
+                                  "at {} s, not a time > 0 ({})",
+                                  length, cp, price, measured));
+        if (previous_length >= 0 && price < previous * (1 - tolerance))
+          throw error(status_code::invalid_option,
+                      fmt::format("calibrated: the fit prices length {} on {} ranks at {:.6g} s, "
+                                  "below the {:.6g} s of the shorter length {}: it falls as the "
+                                  "length grows ({})",
+                                  length, cp, price, previous, previous_length, measured));
+        previous_length = length, previous = price;
+      }
+    }
   }
 
 private:

@@ -128,6 +128,11 @@ inline status check_options(const plan_options& o) noexcept {
   if (o.max_cp < 0)
     return status::failure(invalid_option,
                            fmt::format("max_cp = {} must be >= 0 (0: world size)", o.max_cp));
+  if (o.group_topology == topology::aligned && o.max_cp != 0 && !is_power_of_two(o.max_cp))
+    return status::failure(invalid_option,
+                           fmt::format("max_cp = {} must be a power of two in the aligned "
+                                       "topology (use --topology contiguous)",
+                                       o.max_cp));
   if (o.min_cp > o.effective_max_cp())
     return status::failure(invalid_option,
                            fmt::format("min_cp = {} exceeds max_cp = {} (world_size = {})",
@@ -230,8 +235,9 @@ inline status check_problem(const plan_options& o, std::span<const std::int64_t>
       return status::failure(
           status_code::sample_too_long,
           fmt::format("sample {}: length = {} exceeds the largest plannable length {} "
-                      "(max_cp = {} x max_tokens_per_rank = {}, {} topology, padding included)",
-                      i, lengths[i], limit, o.effective_max_cp(), o.max_tokens_per_rank,
+                      "(largest group {} x max_tokens_per_rank = {}, {} topology, padding "
+                      "included)",
+                      i, lengths[i], limit, legal_cp_sizes(o).back(), o.max_tokens_per_rank,
                       to_string(o.group_topology)),
           static_cast<std::int64_t>(i));
     total += lengths[i];

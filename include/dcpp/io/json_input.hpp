@@ -1,0 +1,82 @@
+// Parsing JSON input with limits and describing a value in an error without dumping it: a value
+// nested thousands deep (or a megabyte string) in a hostile file must give a one-line error, not
+// a stack overflow in the message.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "dcpp/error.hpp"
+
+namespace dcpp::detail {
+
+//! The deepest nesting any dcpp document needs is 5 (plan: microbatches, groups, samples);
+//! this leaves room for users' own fields beside them.
+inline constexpr int max_json_depth = 64;
+
+//! Parses `text`; errors (not JSON, nested deeper than max_json_depth) name `source`.
+inline nlohmann::json parse_json(std::string_view text, std::string_view source) {
+  bool too_deep = false;
+  const nlohmann::json::parser_callback_t limit = [&](int depth, nlohmann::json::parse_event_t,
+                                                      nlohmann::json&) {
+    if (depth > max_json_depth)
+      too_deep = true;
+    return !too_deep;
+  };
+  try {
+    nlohmann::json j = nlohmann::json::parse(text, limit);
+    if (too_deep)
+      throw error(status_code::parse_error,
+                  fmt::format("{}: JSON nested deeper than {} levels", source, max_json_depth));
+    return j;
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number past double's range (1e999)
+    throw error(status_code::parse_error, fmt::format("{}: not valid JSON ({})", source, e.what()));
+  }
+}
+
+//! A short description of `j` for an error message: scalars as written (strings cut at 40
+//! characters), containers by kind and size.
+inline std::string describe_json(const nlohmann::json& j) {
+  if (j.is_array())
+    return fmt::format("an array ({} elements)", j.size());
+  if (j.is_object())
+    return fmt::format("an object ({} fields)", j.size());
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    return s.size() <= 40 ? j.dump()
+                          : fmt::format("\"{}...\" ({} characters)", s.substr(0, 40), s.size());
+  }
+  return j.dump();
+}
+
+//! `j` as the integer type T when it is an integer in T's range, else nothing.
+template <class T>
+bool json_integer(const nlohmann::json& j, T& out) {
+  static_assert(std::is_integral_v<T>);
+  if (j.is_number_unsigned()) {
+    const auto v = j.get<std::uint64_t>();
+    if (v > static_cast<std::uint64_t>(std::numeric_limits<T>::max()))
+      return false;
+    out = static_cast<T>(v);
+    return true;
+  }
+  if (j.is_number_integer()) {
+    const auto v = j.get<std::int64_t>();
+    if (v < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
+        (v > 0 &&
+         static_cast<std::uint64_t>(v) > static_cast<std::uint64_t>(std::numeric_limits<T>::max())))
+      return false;
+    out = static_cast<T>(v);
+    return true;
+  }
+  return false;
+}
+
+} // namespace dcpp::detail
