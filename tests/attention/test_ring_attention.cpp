@@ -10,6 +10,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -460,4 +461,150 @@ TEST_CASE("ring attention: the kernels' no-alias precondition is checked, by nam
   CHECK(named(attention_overlap(p, dqk, dv, attention_pass::backward)) == "dq");
   p.dq = nullptr; // a null buffer is not checked
   CHECK(attention_overlap(p, dqk, dv, attention_pass::backward) == nullptr);
+}
+
+namespace {
+
+//! The ring's outputs over the whole batch (every rank's real rows scattered back), as doubles.
+struct full_outputs {
+  std::vector<double> o, lse, dq, dk, dv;
+};
+
+template <class Policy = dcpp::host_attention>
+full_outputs run_full(int cp, const batch<float>& b) {
+  const int H = b.heads, Hk = b.kv_heads, D = b.dim, Dv = b.vdim;
+  const auto n = static_cast<std::size_t>(b.tokens());
+  std::vector<float> o(n * H * Dv), lse(n * H), dq(n * H * D), dk(n * Hk * D), dv(n * Hk * Dv);
+  dcpp::run_local(cp, [&](dcpp::local_communicator& comm) {
+    const auto part = dcpp::ring_partition::padded(b.cu, cp, comm.rank());
+    const auto m = static_cast<std::size_t>(part.tokens());
+    std::vector<float> q(m * H * D), k(m * Hk * D), v(m * Hk * Dv), dout(m * H * Dv);
+    dcpp::partition_gather_on_host<float>(part, b.q, q, H * D);
+    dcpp::partition_gather_on_host<float>(part, b.k, k, Hk * D);
+    dcpp::partition_gather_on_host<float>(part, b.v, v, Hk * Dv);
+    dcpp::partition_gather_on_host<float>(part, b.dout, dout, H * Dv);
+    std::vector<float> lo(m * H * Dv), llse(m * H), ldq(m * H * D), ldk(m * Hk * D),
+        ldv(m * Hk * Dv);
+    dcpp::ring_attention_forward<dcpp::local_communicator, float>(comm, part, b.shape(), q, k, v,
+                                                                  lo, llse, Policy{});
+    dcpp::ring_attention_backward<dcpp::local_communicator, float>(
+        comm, part, b.shape(), q, k, v, lo, llse, dout, ldq, ldk, ldv, Policy{});
+    dcpp::partition_scatter_on_host<float>(part, lo, o, H * Dv);
+    dcpp::partition_scatter_on_host<float>(part, llse, lse, H);
+    dcpp::partition_scatter_on_host<float>(part, ldq, dq, H * D);
+    dcpp::partition_scatter_on_host<float>(part, ldk, dk, Hk * D);
+    dcpp::partition_scatter_on_host<float>(part, ldv, dv, Hk * Dv);
+  });
+  const auto wide = [](const std::vector<float>& x) {
+    return std::vector<double>(x.begin(), x.end());
+  };
+  return {wide(o), wide(lse), wide(dq), wide(dk), wide(dv)};
+}
+
+//! How got's NaN pattern compares with the reference's: `missing`, reference NaN but got not;
+//! `extra`, got NaN where the reference is finite (`extra_outside`: of those, the ones in
+//! another sequence than the NaN's, by token rows of `width` elements); and the largest error
+//! of the rest (relative to the largest finite reference value).
+struct nan_match {
+  std::int64_t nan = 0, missing = 0, extra = 0, extra_outside = 0;
+  double error = 0;
+};
+
+nan_match compare_nan(const std::vector<double>& got, const std::vector<double>& want,
+                      std::int64_t width, std::int64_t first, std::int64_t last) {
+  nan_match m;
+  double scale = 1e-30;
+  for (const double w : want)
+    if (std::isfinite(w))
+      scale = std::max(scale, std::abs(w));
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const bool gn = std::isnan(got[i]), wn = std::isnan(want[i]);
+    m.nan += wn;
+    if (wn && !gn)
+      ++m.missing;
+    if (gn && !wn) {
+      ++m.extra;
+      const auto token = static_cast<std::int64_t>(i) / width;
+      m.extra_outside += token < first || token >= last;
+    }
+    if (!gn && !wn)
+      m.error = std::max(m.error, std::abs(got[i] - want[i]) / scale);
+  }
+  return m;
+}
+
+} // namespace
+
+TEST_CASE("ring attention: a NaN in Q or K reaches the rows that see it, at every cp") {
+  // Seeded positions in a batch of awkward lengths; the fp64 reference propagates NaN by its
+  // definition (exp of a NaN score poisons the row's sum). O, LSE and dV, and dK for a NaN in K
+  // and dQ for a NaN in Q, must have the reference's NaN pattern exactly; the other gradient
+  // (dK for Q, dQ for K) every NaN of the reference and, besides, only elements of the NaN's
+  // own sequence (zero weights times the NaN row inside a tile's MMA: docs/kernels.md); every
+  // other value must match the reference.
+  std::mt19937_64 rng(2211);
+  for (const char* where : {"q", "k"}) {
+    const bool in_q = std::string(where) == "q";
+    for (const int cp : quick() ? std::vector<int>{1, 4} : std::vector<int>{1, 2, 3, 4, 8}) {
+      auto b = make_batch<float>(900 + cp, {37, 90, 5, 130}, 4, 2, 64);
+      const auto row = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(b.tokens()));
+      auto& x = in_q ? b.q : b.k;
+      const int heads = in_q ? b.heads : b.kv_heads;
+      const int head = static_cast<int>(rng() % static_cast<std::uint64_t>(heads));
+      x[static_cast<std::size_t>((row * heads + head) * b.dim + 5)] =
+          std::numeric_limits<float>::quiet_NaN();
+      std::int64_t first = 0, last = 0;
+      for (std::size_t s = 0; s + 1 < b.cu.size(); ++s)
+        if (row >= b.cu[s] && row < b.cu[s + 1])
+          first = b.cu[s], last = b.cu[s + 1];
+      const auto ref = attend(b);
+      const auto got = run_full(cp, b);
+      INFO(fmt::format("NaN in {} row {} head {}, cp {}", where, row, head, cp));
+      const std::int64_t H = b.heads, Hk = b.kv_heads, D = b.dim;
+      for (const auto& [name, g, w, width, exact] :
+           {std::tuple{"o", &got.o, &ref.o, H * D, true},
+            std::tuple{"lse", &got.lse, &ref.lse, H, true},
+            std::tuple{"dq", &got.dq, &ref.dq, H * D, in_q},
+            std::tuple{"dk", &got.dk, &ref.dk, Hk * D, !in_q},
+            std::tuple{"dv", &got.dv, &ref.dv, Hk * D, true}}) {
+        const auto m = compare_nan(*g, *w, width, first, last);
+        INFO(fmt::format("{}: {} NaN in the reference, {} missing, {} extra ({} outside the "
+                         "sequence), error {:.2e}",
+                         name, m.nan, m.missing, m.extra, m.extra_outside, m.error));
+        CHECK(m.nan > 0);
+        CHECK(m.missing == 0);
+        CHECK(m.extra_outside == 0);
+        if (exact)
+          CHECK(m.extra == 0);
+        CHECK(m.error <= 1e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("ring attention: a NaN in V poisons the O of every row that sees it, never the LSE") {
+  for (const int cp : {1, 2, 4}) {
+    auto b = make_batch<float>(950 + cp, {37, 90, 5}, 2, 1, 64);
+    const std::int64_t row = 37 + 41; // sequence 1, position 41
+    b.v[static_cast<std::size_t>(row * b.vdim + 3)] = std::numeric_limits<float>::quiet_NaN();
+    const auto ref = attend(b);
+    const auto got = run_full(cp, b);
+    INFO(fmt::format("cp {}", cp));
+    // the LSE does not depend on V: exact NaN pattern (none) and values
+    const auto lse = compare_nan(got.lse, ref.lse, b.heads, 37, 127);
+    CHECK(lse.nan == 0);
+    CHECK(lse.extra == 0);
+    CHECK(lse.error <= 1e-5);
+    // every reference NaN is NaN here; rows of the other sequences are untouched and exact (a
+    // row of sequence 1 before the NaN may also turn NaN: zero weights times NaN in the tile's
+    // P V product, as in FlashAttention; docs/kernels.md)
+    for (std::int64_t t = 0; t < b.tokens(); ++t)
+      for (int c = 0; c < b.heads * b.vdim; ++c) {
+        const auto at = static_cast<std::size_t>(t * b.heads * b.vdim + c);
+        if (std::isnan(ref.o[at]))
+          CHECK(std::isnan(got.o[at]));
+        else if (t < 37 || t >= 127)
+          CHECK(std::abs(got.o[at] - ref.o[at]) <= 1e-5);
+      }
+  }
 }

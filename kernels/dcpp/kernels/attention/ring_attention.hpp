@@ -241,8 +241,17 @@ DCPP_HOST_DEVICE DCPP_FORCE_INLINE float attention_log(float x) {
   return std::log(x);
 #endif
 }
+//! The larger of a and b, NaN when either is NaN: the online softmax's running max must not
+//! step over a NaN score (a plain `a > b ? a : b` drops a NaN that a later key follows, and the
+//! row's LSE came out finite and wrong). One FMNMX.NAN on the device (PTX max.NaN, sm_80+).
 DCPP_HOST_DEVICE DCPP_FORCE_INLINE float attention_max(float a, float b) {
-  return a > b ? a : b;
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a != a ? a : (a > b ? a : b); // b NaN: a > b is false, b is returned
+#endif
 }
 DCPP_HOST_DEVICE DCPP_FORCE_INLINE int attention_min(int a, int b) {
   return a < b ? a : b;
@@ -731,7 +740,8 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
     }
     if (row >= eb.row1)
       continue;
-    const bool live = l[r] > 0.0f && eb.seq.query_real(i);
+    // a NaN sum (a NaN score) is live: its O and LSE come out NaN, not 0 and -inf
+    const bool live = !(l[r] <= 0.0f) && eb.seq.query_real(i);
     float* o = p.o + row * o_stride + h * DV + 2 * static_cast<int>(lane % 4);
     const float part_lse = live ? m[r] * detail::attention_ln2 + detail::attention_log(l[r])
                                 : detail::attention_neg_inf();
@@ -1140,7 +1150,10 @@ DCPP_HOST_DEVICE void attention_dkv_body(Ctx& ctx, const attention_params<T>& p)
         DCPP_UNROLL
         for (int e = 0; e < 4; ++e) {
           const int qi = (mt % MT) * 8 + simt::mma_c_coord(lane, e).col;
-          dpt[mt].x[e] = st[mt].x[e] * (dpt[mt].x[e] - dsum[qi]); // dS^T
+          const float ds = st[mt].x[e] * (dpt[mt].x[e] - dsum[qi]); // dS^T
+          // a masked pair (P = 0) gives dS = 0 even when its query's dsum is NaN: 0 x NaN would
+          // carry a NaN query row to keys it does not see (the masked instance only)
+          dpt[mt].x[e] = Masked && masked && st[mt].x[e] == 0.0f ? 0.0f : ds;
         }
       }
       detail::attention_gemm_pb<BM, DTQ, MW>(ctx, dk, dpt, qt, LDQ, warp_staging, cfg::pld);

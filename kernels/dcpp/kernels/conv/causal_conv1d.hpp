@@ -425,13 +425,16 @@ DCPP_HOST_DEVICE void conv1d_backward_body(Ctx& ctx, const conv1d_params<T>& p) 
             dx[v] += p.incoming[in * p.channels + c + v];
         }
         detail::conv1d_store<Vec>(p.dx, t, p.channels, c, dx);
-        // dw[k] += g[t] x[t - k], db += g[t]
-        DCPP_UNROLL
-        for (int v = 0; v < Vec; ++v) {
+        // dw[k] += g[t] x[t - k], db += g[t], over real rows only: a padding row's g is 0, but
+        // 0 x NaN is NaN, and a NaN in the sample's last real x would reach dw through it
+        if (first_position + t < real) {
           DCPP_UNROLL
-          for (int k = 0; k < W; ++k)
-            dw[v][k] += gs[0][v] * xs[W - 1 - k][v];
-          db[v] += gs[0][v];
+          for (int v = 0; v < Vec; ++v) {
+            DCPP_UNROLL
+            for (int k = 0; k < W; ++k)
+              dw[v][k] += gs[0][v] * xs[W - 1 - k][v];
+            db[v] += gs[0][v];
+          }
         }
         // slide to t + 1: x[t + W] enters the x window, g[t + W] the g window
         DCPP_UNROLL
