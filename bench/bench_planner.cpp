@@ -1,8 +1,11 @@
 // Planner benchmark: every policy on seeded workloads (and the shared reference workloads),
 // step time under one estimator, efficiency against the lower bound, planning time.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -106,6 +109,90 @@ bool run_table(const std::vector<bench_case>& cases, const Estimator& estimator,
   return all_good;
 }
 
+//! One planning of `lengths` under `options` with `packing`; the fastest of `repeats`, in ms.
+template <class Packing>
+double plan_ms(const plan_options& options, const std::vector<std::int64_t>& lengths,
+               const transformer_cost& estimator, Packing packing, int repeats) {
+  const planner<transformer_cost, Packing> p(options, estimator, packing);
+  double best = 1e300;
+  for (int r = 0; r < repeats; ++r)
+    best = std::min(best, p.make_plan(lengths).metrics.plan_seconds);
+  return best * 1e3;
+}
+
+//! The corners issue 22 named, each at 4 sizes: planning time and its growth exponent
+//! log(t2/t1) / log(n2/n1) against the previous size (1: linear, 2: quadratic).
+void run_corners(const transformer_cost& estimator, int repeats) {
+  fmt::print("\n# scaling corners (issue 22): planning time at 4 sizes; growth = log(t/t_prev) / "
+             "log(n/n_prev), 1 is linear\n");
+  fmt::print("{:<58} {:>9} {:>10} {:>7}\n", "corner", "size", "plan ms", "growth");
+  struct corner {
+    std::string name;
+    std::vector<std::int64_t> sizes;
+    std::function<double(std::int64_t)> time;
+  };
+  const auto tiny = [](std::int64_t n, std::int64_t longest, std::uint64_t seed) {
+    workload::rng r(seed);
+    std::vector<std::int64_t> lengths(static_cast<std::size_t>(n));
+    for (auto& l : lengths)
+      l = r.uniform_int(1, longest);
+    return lengths;
+  };
+  std::vector<corner> corners;
+  for (const std::int32_t multiple : {1, 16})
+    corners.push_back(
+        {fmt::format("balanced, samples of 1-64 tokens, 6 ranks, multiple {}", multiple),
+         {2500, 5000, 10000, 20000},
+         [&, multiple](std::int64_t n) {
+           plan_options o;
+           o.world_size = 6;
+           o.microbatch_multiple = multiple;
+           return plan_ms(o, tiny(n, 64, 11), estimator, balanced{}, repeats);
+         }});
+  corners.push_back({"megatron_greedy contiguous, 4,096 samples <= 16K, ranks",
+                     {256, 1024, 4096, 16384},
+                     [&](std::int64_t world) {
+                       plan_options o;
+                       o.world_size = static_cast<std::int32_t>(world);
+                       o.max_tokens_per_rank = 16384;
+                       o.group_topology = topology::contiguous;
+                       return plan_ms(o, tiny(4096, 8192, 12), estimator, megatron_greedy{},
+                                      std::min(repeats, 2));
+                     }});
+  corners.push_back({"balanced contiguous, 4,096 samples <= 16K, ranks",
+                     {256, 1024, 4096, 16384},
+                     [&](std::int64_t world) {
+                       plan_options o;
+                       o.world_size = static_cast<std::int32_t>(world);
+                       o.max_tokens_per_rank = 16384;
+                       o.group_topology = topology::contiguous;
+                       return plan_ms(o, tiny(4096, 8192, 12), estimator, balanced{},
+                                      std::min(repeats, 2));
+                     }});
+  corners.push_back({"balanced, 1,024 ranks, samples <= 8K, samples",
+                     {65536, 131072, 262144, 1000000},
+                     [&](std::int64_t n) {
+                       plan_options o;
+                       o.world_size = 1024;
+                       o.max_tokens_per_rank = 16384;
+                       return plan_ms(o, tiny(n, 8192, 13), estimator, balanced{}, 1);
+                     }});
+  for (const auto& c : corners) {
+    double previous = 0;
+    std::int64_t previous_size = 0;
+    for (const std::int64_t n : c.sizes) {
+      const double ms = c.time(n);
+      const std::string growth =
+          previous > 0 ? fmt::format("{:.2f}", std::log(ms / previous) /
+                                                   std::log(static_cast<double>(n) /
+                                                            static_cast<double>(previous_size)))
+                       : "";
+      fmt::print("{:<58} {:>9} {:>10.2f} {:>7}\n", c.name, n, ms, growth);
+      previous = ms, previous_size = n;
+    }
+  }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -132,6 +219,10 @@ int main(int argc, char** argv) {
                  "plan with this policy alone (the others are skipped, and with them the "
                  "comparison with megatron_greedy)")
       ->check(CLI::IsMember({"balanced", "megatron_greedy", "uniform_cp", "static_cp"}));
+  bool corners = false;
+  app.add_flag("--corners", corners,
+               "only the scaling corners (planning time at 4 sizes per corner; without --filter "
+               "they also end the full run)");
   CLI11_PARSE(app, argc, argv);
 
   const auto estimator = transformer_cost::from_preset(estimator_name);
@@ -148,6 +239,10 @@ int main(int argc, char** argv) {
           topology_name == "contiguous" ? topology::contiguous : topology::aligned;
     return cases;
   };
+  if (corners) {
+    run_corners(*estimator, repeats);
+    return 0;
+  }
   const auto generated = keep(generated_cases(quick));
   const auto refs = keep(reference_cases(reference_dir));
   if (generated.empty() && refs.empty()) {
@@ -175,5 +270,7 @@ int main(int argc, char** argv) {
     fmt::print("\n# reference workloads, estimator {}\n", estimator->name());
     good = run_table(refs, *estimator, repeats, 0.0, only_policy) && good;
   }
+  if (filter.empty() && only_policy.empty() && !quick)
+    run_corners(*estimator, repeats);
   return strict && !good ? 1 : 0;
 }

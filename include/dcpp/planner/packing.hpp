@@ -91,6 +91,18 @@ public:
     return first_free_block(owner_, lowest_free_, o, cp);
   }
 
+  //! The longest run of consecutive free ranks (0 when none is free). O(world).
+  [[nodiscard]] std::int32_t longest_free_run() const noexcept {
+    std::int32_t longest = 0, run = 0;
+    if (free_ == 0)
+      return 0;
+    for (std::size_t r = static_cast<std::size_t>(lowest_free_); r < owner_.size(); ++r) {
+      run = owner_[r] < 0 ? run + 1 : 0;
+      longest = std::max(longest, run);
+    }
+    return longest;
+  }
+
   //! Opens an empty group on free ranks [first, first+cp); returns its index.
   std::int32_t open(std::int32_t first, std::int32_t cp) {
     const auto index = static_cast<std::int32_t>(groups_.size());

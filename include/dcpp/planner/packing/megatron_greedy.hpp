@@ -1,6 +1,7 @@
 // megatron_greedy: the behaviour of Megatron-LM's dynamic-CP scheduler, without its defects.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -62,42 +63,64 @@ struct megatron_greedy_with {
         const std::int32_t sample = remaining[k];
         const auto s = static_cast<std::size_t>(sample);
         const double current_max = mb.max_load();
+        const std::int32_t min_cp = pr.min_cp_of[s];
+        // The least projected maximum over every existing group of a legal size with token
+        // room and every new group on free ranks; ties go to the smaller CP size, then to an
+        // existing group (lowest index) before a new one: the first minimum in the order "per
+        // size ascending: its groups, then a new group", without a pass over the groups per
+        // size (which made contiguous worlds quadratic: 1,024 sizes x 1,024 groups per sample).
         double best = 0;
         std::int32_t best_group = -1; // an existing group, or
-        std::int32_t best_block = -1; // the first rank of a new group
+        bool best_new = false;        // a new group of best_cp on free ranks
         std::int32_t best_cp = 0;
-        for (const std::int32_t cp : pr.cp_sizes) {
-          if (cp < pr.min_cp_of[s])
-            continue;
-          const double cost = sample_cost(pr, estimator, s, cp);
-          const std::int64_t tokens = pr.rank_tokens(s, cp);
-          const auto& groups = mb.groups();
-          for (std::size_t g = 0; g < groups.size(); ++g) {
-            if (groups[g].cp != cp || groups[g].tokens + tokens > o.max_tokens_per_rank)
+        const auto better = [&](double projected, std::int32_t cp, bool fresh, std::int32_t g) {
+          if (projected > cap)
+            return false;
+          if (best_group < 0 && !best_new)
+            return true;
+          if (projected != best)
+            return projected < best;
+          if (cp != best_cp)
+            return cp < best_cp;
+          if (fresh != best_new)
+            return !fresh;
+          return g < best_group;
+        };
+        const auto& groups = mb.groups();
+        for (std::size_t g = 0; g < groups.size(); ++g) {
+          const std::int32_t cp = groups[g].cp;
+          if (cp < min_cp || groups[g].tokens + pr.rank_tokens(s, cp) > o.max_tokens_per_rank)
+            continue; // closed groups have cp 0
+          const double projected =
+              std::max(current_max, groups[g].load + sample_cost(pr, estimator, s, cp));
+          if (better(projected, cp, false, static_cast<std::int32_t>(g)))
+            best = projected, best_group = static_cast<std::int32_t>(g), best_new = false,
+            best_cp = cp;
+        }
+        if (mb.free_ranks() >= min_cp) {
+          // a new group of size cp fits on free ranks: for contiguous groups, iff the longest
+          // free run holds cp ranks (one pass); aligned sizes are few, each looked up
+          const std::int32_t run =
+              o.group_topology == topology::contiguous ? mb.longest_free_run() : 0;
+          for (const std::int32_t cp : pr.cp_sizes) {
+            if (cp < min_cp)
               continue;
-            const double projected = std::max(current_max, groups[g].load + cost);
-            if (projected <= cap && ((best_group < 0 && best_block < 0) || projected < best)) {
-              best = projected;
-              best_group = static_cast<std::int32_t>(g);
-              best_block = -1;
-              best_cp = cp;
-            }
-          }
-          if (const auto block = mb.free_block(o, cp)) {
-            const double projected = std::max(current_max, cost);
-            if (projected <= cap && ((best_group < 0 && best_block < 0) || projected < best)) {
-              best = projected;
-              best_block = *block;
-              best_group = -1;
-              best_cp = cp;
-            }
+            if (cp > mb.free_ranks())
+              break;
+            if (o.group_topology == topology::contiguous ? cp > run
+                                                         : !mb.free_block(o, cp).has_value())
+              continue;
+            const double projected = std::max(current_max, sample_cost(pr, estimator, s, cp));
+            if (better(projected, cp, true, 0))
+              best = projected, best_group = -1, best_new = true, best_cp = cp;
           }
         }
-        if (best_group < 0 && best_block < 0) {
+        if (best_group < 0 && !best_new) {
           leftovers.push_back(sample);
           continue;
         }
-        const std::int32_t g = best_group >= 0 ? best_group : mb.open(best_block, best_cp);
+        const std::int32_t g =
+            best_group >= 0 ? best_group : mb.open(mb.free_block(o, best_cp).value(), best_cp);
         mb.add(g, sample, pr.rank_tokens(s, best_cp), sample_cost(pr, estimator, s, best_cp));
       }
       mb.grow_into_idle_ranks(pr, estimator);

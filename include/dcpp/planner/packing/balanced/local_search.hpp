@@ -176,13 +176,15 @@ private:
         const double ws2 = c2 == g.cp ? w : costs_.cost(s, c2);
         const std::int64_t ts2 = costs_.tokens(s, c2);
         std::int32_t tries = 0;
+        std::int64_t examined = 0; // samples of other groups looked at for this (s, size)
         for (const auto& [neg_headroom, id] : by_headroom_[costs_.size_index(c2)]) {
-          if (++tries > candidates_)
+          if (++tries > candidates_ || examined >= tuning_.swap_samples)
             break;
           const auto& h = a_.group_at(id);
           const std::int32_t hm = a_.round_of(id);
           if (id == gid || hm == m)
             continue;
+          examined += static_cast<std::int64_t>(h.samples.size());
           for (const std::int32_t u : h.samples) {
             const auto uu = static_cast<std::size_t>(u);
             if (pr.min_cp_of[uu] > g.cp)

@@ -115,6 +115,12 @@ struct balanced_tuning {
   std::int32_t wide_candidates = 64;
   std::int32_t narrow_candidates = 8;
   std::int64_t wide_search_limit = std::int64_t{1} << 18;
+  //! Swaps: samples of other groups examined per sample of the critical group and CP size. A
+  //! swap looks at every sample of each candidate group, so groups of hundreds of tiny samples
+  //! made the search quadratic in them (20,000 samples of 1-64 tokens on 6 ranks with a
+  //! micro-batch multiple of 16: 127 s); the cap leaves groups of up to 16 samples at 64
+  //! candidates untouched.
+  std::int64_t swap_samples = 1024;
   //! A move must gain more than this fraction of the step time: no chasing rounding noise.
   double gain_epsilon = 1e-12;
 
@@ -150,6 +156,7 @@ struct balanced_tuning {
              at_least("moves_per_rank", moves_per_rank, 0),
              at_least("wide_candidates", wide_candidates, 1),
              at_least("narrow_candidates", narrow_candidates, 1),
+             at_least("swap_samples", swap_samples, 1),
              within("reach_area", reach_area, 0, big),
              within("narrow_reach_area", narrow_reach_area, 0, big),
              within("wide_reach_area", wide_reach_area, 0, big),
