@@ -368,6 +368,16 @@ TEST_CASE("dcpp-plan: hostile inputs are one-line errors, never an abort (issue 
                "seqlens[0] = 18446744073709551615 must be a positive integer length");
   expect_error(write("frac.json", "{\"seqlens\": [100.5]}").string(),
                "seqlens[0] = 100.5 must be a positive integer length");
+  // a calibration that falls with the length, or prices the batch at zero: refused, naming it
+  const fs::path falling = write("falling.csv", "length,cp,seconds\n1000,1,2.0\n2000,1,1.5\n"
+                                                "4000,1,1.0\n");
+  const std::string calibrated =
+      " --world-size 1 --max-tokens-per-rank 16384 --estimator calibrated:" + falling.string();
+  expect_error(write("l9000.txt", "9000\n").string() + calibrated,
+               "calibrated: the fit prices a sample of length 9000 on 1 ranks at 0 s, not a time "
+               "> 0 (the calibration rows measured lengths 1000 to 4000");
+  expect_error(write("l3.txt", "1000\n4000\n2000\n").string() + calibrated,
+               "it falls as the length grows");
   // a world too large for this machine's memory is refused by its limit, not by bad_alloc
   expect_error(write("w.txt", "100\n").string() + " --world-size 2147483647",
                "world_size = 2147483647 exceeds the limit 16777216");
