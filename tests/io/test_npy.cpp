@@ -163,7 +163,7 @@ TEST_CASE("npy: one cu_seqlens rule for both tools") {
         "--cu-seqlens has 1 entries; expected at least 2 (0 and the token count)");
   CHECK(error(cu("<i4", {3}, v32{1, 3, 9}), 9) == "--cu-seqlens [0] = 1; must be 0");
   CHECK(error(cu("<i4", {4}, v32{0, 5, 3, 9}), 9) ==
-        "--cu-seqlens [2] = 3 is below [1] = 5: sequence 1 would have length -2");
+        "--cu-seqlens [2] = 3 is below [1] = 5: sequence 1 would have a negative length");
   CHECK(error(cu("<i4", {3}, v32{0, 3, 8}), 9) ==
         "--cu-seqlens ends at 8; must end at the 9 tokens of the input");
   CHECK(error(cu("<i8", {2}, v64{0, std::int64_t{1} << 31}), std::int64_t{1} << 31) ==

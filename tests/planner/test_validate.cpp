@@ -74,3 +74,22 @@ TEST_CASE("validate: every violation is named") {
   o.min_cp = 2;
   CHECK(why(good(), o).find("cp = 1") != std::string::npos);
 }
+
+TEST_CASE("validate: a hostile plan file's options and lengths are errors, not UB (fuzzer)") {
+  // microbatch_multiple 0 divided by zero (tests/fuzz/regressions/plan_json)
+  auto o = opts();
+  o.microbatch_multiple = 0;
+  CHECK(why(good(), o) == "options: microbatch_multiple = 0 must be >= 1");
+  auto p = good();
+  p.lengths[1] = -5;
+  CHECK(why(p) == "sample 1: length = -5 must be positive, and the batch's tokens at most "
+                  "4611686018427387904");
+  p = good();
+  p.lengths[3] = std::int64_t{1} << 62; // the sum would pass 2^62
+  CHECK(why(p).find("sample 3: length = 4611686018427387904") == 0);
+  // a first rank near 2^31: first_rank + cp overflowed int32 in is_legal_group
+  p = good();
+  p.microbatches[0].groups[0].first_rank = 2147483647;
+  CHECK(why(p).find("ranks [2147483647, 2147483651) with cp = 4 is not a legal") !=
+        std::string::npos);
+}

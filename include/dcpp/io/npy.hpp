@@ -346,8 +346,9 @@ inline std::vector<std::int64_t> cu_seqlens_from_npy(const npy_array& a, std::in
     throw fail(fmt::format("[0] = {}; must be 0", offsets.front()));
   for (std::size_t i = 0; i + 1 < offsets.size(); ++i)
     if (offsets[i + 1] < offsets[i])
-      throw fail(fmt::format("[{}] = {} is below [{}] = {}: sequence {} would have length {}",
-                             i + 1, offsets[i + 1], i, offsets[i], i, offsets[i + 1] - offsets[i]));
+      throw fail(fmt::format("[{}] = {} is below [{}] = {}: sequence {} would have a negative "
+                             "length",
+                             i + 1, offsets[i + 1], i, offsets[i], i));
   if (offsets.back() != tokens)
     throw fail(
         fmt::format("ends at {}; must end at the {} tokens of the input", offsets.back(), tokens));

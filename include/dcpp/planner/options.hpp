@@ -58,7 +58,7 @@ struct plan_options {
 inline bool is_legal_group(const plan_options& options, std::int32_t first_rank, std::int32_t cp) {
   if (cp < options.min_cp || cp > options.effective_max_cp())
     return false;
-  if (first_rank < 0 || first_rank + cp > options.world_size)
+  if (first_rank < 0 || std::int64_t{first_rank} + cp > options.world_size)
     return false;
   if (options.group_topology == topology::aligned)
     return is_power_of_two(cp) && first_rank % cp == 0;

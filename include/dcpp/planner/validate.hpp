@@ -20,6 +20,19 @@ inline status validate(const plan& p, const plan_options& o) {
   auto fail = [](std::string message, std::int64_t sample = -1) {
     return status::failure(invalid_plan, std::move(message), sample);
   };
+  // the options first: the checks below divide by them and index by them (a plan file's
+  // options are input like any other)
+  if (status s = check_options(o); !s)
+    return fail(fmt::format("options: {}", s.message));
+  std::int64_t total = 0;
+  for (std::size_t s = 0; s < p.lengths.size(); ++s) {
+    if (p.lengths[s] <= 0 || p.lengths[s] > max_batch_tokens - total)
+      return fail(fmt::format("sample {}: length = {} must be positive, and the batch's tokens "
+                              "at most {}",
+                              s, p.lengths[s], max_batch_tokens),
+                  static_cast<std::int64_t>(s));
+    total += p.lengths[s];
+  }
   if (p.world_size != o.world_size)
     return fail(
         fmt::format("world_size = {} differs from the options' {}", p.world_size, o.world_size));
@@ -40,7 +53,7 @@ inline status validate(const plan& p, const plan_options& o) {
       if (!is_legal_group(o, g.first_rank, g.cp))
         return fail(fmt::format("micro-batch {} group {}: ranks [{}, {}) with cp = {} is not a "
                                 "legal {} group (min_cp = {}, max_cp = {}, world_size = {})",
-                                m, gi, g.first_rank, g.first_rank + g.cp, g.cp,
+                                m, gi, g.first_rank, std::int64_t{g.first_rank} + g.cp, g.cp,
                                 to_string(o.group_topology), o.min_cp, o.effective_max_cp(),
                                 o.world_size));
       if (g.samples.empty())
@@ -68,7 +81,7 @@ inline status validate(const plan& p, const plan_options& o) {
       if (tokens > o.max_tokens_per_rank)
         return fail(fmt::format("micro-batch {} group {} (ranks [{}, {})): {} tokens per rank "
                                 "exceed max_tokens_per_rank = {}",
-                                m, gi, g.first_rank, g.first_rank + g.cp, tokens,
+                                m, gi, g.first_rank, std::int64_t{g.first_rank} + g.cp, tokens,
                                 o.max_tokens_per_rank));
     }
   }
