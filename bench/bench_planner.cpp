@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -149,26 +150,21 @@ void run_corners(const transformer_cost& estimator, int repeats) {
            o.microbatch_multiple = multiple;
            return plan_ms(o, tiny(n, 64, 11), estimator, balanced{}, repeats);
          }});
-  corners.push_back({"megatron_greedy contiguous, 4,096 samples <= 16K, ranks",
-                     {256, 1024, 4096, 16384},
-                     [&](std::int64_t world) {
-                       plan_options o;
-                       o.world_size = static_cast<std::int32_t>(world);
-                       o.max_tokens_per_rank = 16384;
-                       o.group_topology = topology::contiguous;
-                       return plan_ms(o, tiny(4096, 8192, 12), estimator, megatron_greedy{},
-                                      std::min(repeats, 2));
-                     }});
-  corners.push_back({"balanced contiguous, 4,096 samples <= 16K, ranks",
-                     {256, 1024, 4096, 16384},
-                     [&](std::int64_t world) {
-                       plan_options o;
-                       o.world_size = static_cast<std::int32_t>(world);
-                       o.max_tokens_per_rank = 16384;
-                       o.group_topology = topology::contiguous;
-                       return plan_ms(o, tiny(4096, 8192, 12), estimator, balanced{},
-                                      std::min(repeats, 2));
-                     }});
+  // the same contiguous batch over growing worlds, for each policy
+  const auto contiguous_ranks = [&](std::string_view policy, auto packing) {
+    corners.push_back({fmt::format("{} contiguous, 4,096 samples <= 16K, ranks", policy),
+                       {256, 1024, 4096, 16384},
+                       [&, packing](std::int64_t world) {
+                         plan_options o;
+                         o.world_size = static_cast<std::int32_t>(world);
+                         o.max_tokens_per_rank = 16384;
+                         o.group_topology = topology::contiguous;
+                         return plan_ms(o, tiny(4096, 8192, 12), estimator, packing,
+                                        std::min(repeats, 2));
+                       }});
+  };
+  contiguous_ranks("megatron_greedy", megatron_greedy{});
+  contiguous_ranks("balanced", balanced{});
   corners.push_back({"balanced, 1,024 ranks, samples <= 8K, samples",
                      {65536, 131072, 262144, 1000000},
                      [&](std::int64_t n) {

@@ -222,7 +222,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return world.rank() == 0 ? app.exit(e) : 1;
   }
-  try {
+  return dcpp::guarded_main(fmt::format("cpu_trainer rank {}: ", world.rank()), [&]() -> int {
     trainer::check_start(world, o);
     if (!o.calibrate_lengths.empty()) {
       // [calibrate]
@@ -292,14 +292,5 @@ int main(int argc, char** argv) {
     }
     report.finish(params.data);
     return 0;
-  } catch (const dcpp::error& e) {
-    fmt::print(stderr, "cpu_trainer rank {}: {}\n", world.rank(), e.what());
-    return 1;
-  } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "cpu_trainer rank {}: out of memory\n", world.rank());
-    return dcpp::exit_out_of_memory;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "cpu_trainer rank {}: internal error: {}\n", world.rank(), e.what());
-    return dcpp::exit_internal;
-  }
+  });
 }

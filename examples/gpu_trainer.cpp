@@ -292,7 +292,7 @@ int main(int argc, char** argv) {
                  world.size());
     return 77;
   }
-  try {
+  return dcpp::guarded_main(fmt::format("gpu_trainer rank {}: ", world.rank()), [&]() -> int {
     trainer::check_start(world, o);
     cuda_check(cudaSetDevice(pick_device(world.rank())), "cudaSetDevice");
     cudaStream_t compute = nullptr, transfer = nullptr;
@@ -377,14 +377,5 @@ int main(int argc, char** argv) {
                "cudaMemcpy (weights)");
     report.finish(host.data);
     return 0;
-  } catch (const dcpp::error& e) {
-    fmt::print(stderr, "gpu_trainer rank {}: {}\n", world.rank(), e.what());
-    return 1;
-  } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "gpu_trainer rank {}: out of memory\n", world.rank());
-    return dcpp::exit_out_of_memory;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "gpu_trainer rank {}: internal error: {}\n", world.rank(), e.what());
-    return dcpp::exit_internal;
-  }
+  });
 }

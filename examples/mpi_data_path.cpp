@@ -18,7 +18,7 @@
 int main(int argc, char** argv) {
   dcpp::mpi_environment mpi(&argc, &argv);
   auto world = dcpp::mpi_communicator::world();
-  try {
+  return dcpp::guarded_main(fmt::format("rank {}: ", world.rank()), [&]() -> int {
     // Each rank's data-loader shard: a long-tailed mix, different on every rank.
     // [shard]
     using shard_type =
@@ -73,14 +73,5 @@ int main(int argc, char** argv) {
                  wrong == 0 ? "every output is back at its token" : "outputs are misplaced");
     }
     return wrong == 0 ? 0 : 1;
-  } catch (const dcpp::error& e) {
-    fmt::print(stderr, "rank {}: {}\n", world.rank(), e.what());
-    return 1;
-  } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "rank {}: out of memory\n", world.rank());
-    return dcpp::exit_out_of_memory;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "rank {}: internal error: {}\n", world.rank(), e.what());
-    return dcpp::exit_internal;
-  }
+  });
 }

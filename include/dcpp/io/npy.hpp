@@ -27,6 +27,11 @@ namespace dcpp {
 //! The dtypes the readers convert from (little-endian): float16/32/64, int32/64.
 inline constexpr std::string_view npy_dtypes = "<f2 <f4 <f8 <i4 <i8";
 
+//! Whether `descr` is one of `npy_dtypes`.
+inline bool npy_dtype_read(std::string_view descr) noexcept {
+  return descr.size() == 3 && descr[0] == '<' && npy_dtypes.find(descr) != std::string_view::npos;
+}
+
 //! An array as stored: `descr` is NumPy's dtype string ('<f4', '<f2', '<i4', ...), one of
 //! `npy_dtypes` after read_npy / parse_npy.
 struct npy_array {
@@ -54,7 +59,7 @@ struct npy_array {
   //! or int32/64 storage. Throws naming the file's dtype when it cannot convert.
   template <class T>
   [[nodiscard]] std::vector<T> as(const std::string& what) const {
-    if (descr != "<f2" && descr != "<f4" && descr != "<f8" && descr != "<i4" && descr != "<i8")
+    if (!npy_dtype_read(descr))
       throw error(status_code::parse_error,
                   fmt::format("{}: dtype '{}' is not one of {}", what, descr, npy_dtypes));
     std::vector<T> out(static_cast<std::size_t>(elements()));
@@ -265,8 +270,7 @@ inline npy_array parse_npy(std::string_view bytes, std::string_view source) {
     a.descr[0] = '<';
   if (a.descr.size() == 3 && a.descr[0] == '>')
     throw fail(fmt::format("dtype '{}' is big-endian; only little-endian is read", a.descr));
-  if (a.descr != "<f2" && a.descr != "<f4" && a.descr != "<f8" && a.descr != "<i4" &&
-      a.descr != "<i8")
+  if (!npy_dtype_read(a.descr))
     throw fail(fmt::format("dtype '{}' is not one of {}", a.descr, npy_dtypes));
   if (fortran)
     throw fail("Fortran order is not supported (write the array C-contiguous)");
