@@ -183,10 +183,20 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   const plan megatron_plan =
       with_megatron ? megatron_greedy_with<Bucketing>{}.pack_in_order(pr, estimator, buckets())
                     : plan{};
-  if (with_megatron && selected(megatron))
-    take_megatron(megatron_plan);
-  else if (with_megatron)
+  // The megatron plan bounds the rounds and is the first candidate as it is; the local search
+  // improves it after the other steps, where it is then within `megatron_improve_within` of the
+  // best (see there).
+  bool megatron_pending = false;
+  if (with_megatron) {
     allowed = std::max(allowed, megatron_plan.microbatches.size());
+    if (selected(megatron)) {
+      state a = state::from_plan(costs, megatron_plan);
+      best_step = a.step_time();
+      best = a.to_plan(name);
+      have_plan = true;
+      megatron_pending = true;
+    }
+  }
 
   const std::vector<balanced_step> steps = balanced_steps(tuning);
   // the levelled runs share their start; the last one takes it over
@@ -204,6 +214,8 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   };
   for (std::size_t i = 0; i < steps.size(); ++i)
     levelled_runs += runs(i) && steps[i].construction == levelled ? 1 : 0;
+  const std::size_t levelled_runs_total = levelled_runs;
+  std::vector<std::vector<plan_microbatch>> levelled_built; // the levelled runs' rounds so far
 
   // a plan at the lower bound (`floor`) cannot be beaten: the remaining steps and the spill
   // pass are skipped
@@ -220,6 +232,15 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
           --levelled_runs == 0 ? std::move(start->slots) : start->slots;
       state a = detail::levelled(costs, std::move(slots), *start,
                                  static_cast<std::int64_t>(allowed), st.reach, tuning);
+      // The levelled variants often build the same rounds (small batches, where all run): the
+      // local search, a function of those rounds, would only repeat itself, to a plan that
+      // cannot win (an earlier one wins a tie)
+      if (levelled_runs_total > 1) {
+        std::vector<plan_microbatch> built = a.to_plan(name).microbatches;
+        if (std::find(levelled_built.begin(), levelled_built.end(), built) != levelled_built.end())
+          break;
+        levelled_built.push_back(std::move(built));
+      }
       if (i == first_levelled && !with_megatron && static_cast<std::size_t>(a.rounds()) > allowed) {
         // the first levelled run past the megatron limit needs more rounds than allowed:
         // Megatron's count is the bound after all (the levelled rounds then compete as a plan:
@@ -276,6 +297,11 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
       break;
     case megatron: break; // ran first
     }
+  }
+  if (megatron_pending && !at_bound()) {
+    state a = state::from_plan(costs, megatron_plan);
+    if (a.step_time() <= tuning.megatron_improve_within * best_step)
+      keep_if_faster(a);
   }
   // no selected construction packed the batch within the bound: the megatron plan, improved
   if (!have_plan)

@@ -110,9 +110,14 @@ struct megatron_greedy_with {
             if (o.group_topology == topology::contiguous ? cp > run
                                                          : !mb.free_block(o, cp).has_value())
               continue;
-            const double projected = std::max(current_max, sample_cost(pr, estimator, s, cp));
+            const double cost = sample_cost(pr, estimator, s, cp);
+            const double projected = std::max(current_max, cost);
             if (better(projected, cp, true, 0))
               best = projected, best_group = -1, best_new = true, best_cp = cp;
+            // the least any choice projects, at the smallest size left: no larger size wins
+            // (contiguous worlds have a size per rank count, and this loop visited them all)
+            if (cost <= current_max)
+              break;
           }
         }
         if (best_group < 0 && !best_new) {

@@ -1,10 +1,13 @@
 // Tests for balanced/levelled.hpp: valid rounds on random batches, the same rounds with and
-// without a cost table, and the early end of a round changing nothing.
+// without a cost table, and neither the early end of a round nor deferring a row's alike misses
+// together changing anything.
 #include "../../../support.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -167,4 +170,138 @@ TEST_CASE("levelled: a heavy share keeps the two heaviest samples out of one gro
   check_state(stacked, b);
   CHECK(apart.group_of(first) != apart.group_of(second));
   CHECK(stacked.group_of(first) == stacked.group_of(second));
+}
+
+TEST_CASE("levelled: deferring a row's alike misses together changes no round") {
+  // Batches of few distinct lengths, so that rows have many samples: seeded random cases whose
+  // lengths are drawn from a pool of 1-6 of their own, and long-tail batches rounded to 2K
+  // multiples. Some rows end split over two CP sizes (raised or joined a larger group while the
+  // rest waited), which is when a row's samples stop being alike: the test needs such rows.
+  std::vector<std::pair<dcpp::plan_options, std::vector<std::int64_t>>> cases;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    random_case c = make_random_case(seed);
+    w::rng r(seed + 500);
+    const auto pool = static_cast<std::size_t>(r.uniform_int(1, 6));
+    std::vector<std::int64_t> lengths(c.lengths.size() * 3);
+    for (auto& l : lengths)
+      l = c.lengths[static_cast<std::size_t>(
+          r.uniform_int(0, static_cast<std::int64_t>(std::min(pool, c.lengths.size())) - 1))];
+    cases.emplace_back(c.options, std::move(lengths));
+  }
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    dcpp::plan_options o = options_for(seed % 2 == 0 ? 64 : 48, 8192);
+    o.microbatch_multiple = seed == 3 ? 2 : 1;
+    std::vector<std::int64_t> lengths =
+        w::long_tail(40 * static_cast<std::size_t>(o.world_size), seed);
+    for (auto& l : lengths)
+      l = std::max<std::int64_t>(2048, l / 2048 * 2048);
+    cases.emplace_back(o, std::move(lengths));
+  }
+  std::int64_t split_rows = 0;
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    const auto& [options, lengths] = cases[k];
+    CAPTURE(k);
+    const batch b(options, lengths, tabulation_for(k));
+    for (d::levelled_reach reach :
+         {d::levelled_reach{1.05, 0.0}, d::levelled_reach{1.0, 0.4},
+          d::levelled_reach{1.05, 0.0, true, 1.25}, d::levelled_reach{1.05, 0.0, true, 0, true}}) {
+      for (const std::int64_t extra : {0, 2}) {
+        const state skipping = levelled_on(b, reach, extra);
+        reach.skip_alike = false;
+        const state one_by_one = levelled_on(b, reach, extra);
+        reach.skip_alike = true;
+        check_state(skipping, b);
+        CHECK(skipping.to_plan("t").microbatches == one_by_one.to_plan("t").microbatches);
+        std::map<std::int64_t, std::set<std::int32_t>> sizes;
+        for (std::int32_t s = 0; s < static_cast<std::int32_t>(lengths.size()); ++s)
+          sizes[lengths[static_cast<std::size_t>(s)]].insert(skipping.cp_of(s));
+        for (const auto& [length, cps] : sizes)
+          split_rows += cps.size() > 1 ? 1 : 0;
+      }
+    }
+  }
+  CHECK(split_rows > 0);
+}
+
+TEST_CASE("halve_to_multiple: halves share their groups' ranks, samples dealt by cost") {
+  // one round on 4 ranks: a group of four samples on rank 0, a single sample on rank 1, a pair
+  // on ranks 2-3; a multiple of 2 halves it
+  const dcpp::plan_options o = [] {
+    dcpp::plan_options x = options_for(4, 8192);
+    x.microbatch_multiple = 2;
+    return x;
+  }();
+  const std::vector<std::int64_t> lengths{4000, 3000, 2000, 1000, 6000, 9000, 8000};
+  const batch b(o, lengths, tabulation::table);
+  std::vector<d::microbatch_state> rounds;
+  rounds.emplace_back(4);
+  auto& mb = rounds.back();
+  const auto add_group = [&](std::int32_t first, std::int32_t cp, std::vector<std::int32_t> ss) {
+    const std::int32_t g = mb.open(first, cp);
+    for (const std::int32_t s : ss)
+      mb.add(g, s, b.costs.tokens(s, cp), b.costs.cost(s, cp));
+  };
+  add_group(0, 1, {3, 1, 0, 2});
+  add_group(1, 1, {4});
+  add_group(2, 2, {6, 5});
+  d::levelled_detail::halve_to_multiple(rounds, b.costs);
+  REQUIRE(rounds.size() == 2);
+  const auto samples_at = [&](std::size_t m, std::int32_t first) {
+    for (const auto& g : rounds[m].groups())
+      if (g.first_rank == first && g.cp > 0)
+        return g.samples;
+    return std::vector<std::int32_t>{};
+  };
+  // longest processing time: 4000 to the first half, 3000 to the second, 2000 to the second
+  // (lighter), 1000 to the first; 9000 first, 8000 second
+  CHECK(samples_at(0, 0) == std::vector<std::int32_t>{0, 3});
+  CHECK(samples_at(1, 0) == std::vector<std::int32_t>{1, 2});
+  CHECK(samples_at(0, 2) == std::vector<std::int32_t>{5});
+  CHECK(samples_at(1, 2) == std::vector<std::int32_t>{6});
+  // the single sample goes whole to the half with less area at its turn: the second (3000 and
+  // 2000 cost less than 4000 and 1000, attention being superlinear), whose rank 1 is busy while
+  // the first's is idle
+  const auto c = [&](std::int32_t s) { return b.costs.cost(s, 1); };
+  REQUIRE(c(1) + c(2) < c(0) + c(3));
+  CHECK(samples_at(0, 1).empty());
+  CHECK(samples_at(1, 1) == std::vector<std::int32_t>{4});
+  for (const auto& round : rounds)
+    for (const auto& g : round.groups()) {
+      double load = 0;
+      std::int64_t tokens = 0;
+      for (const std::int32_t s : g.samples) {
+        load += b.costs.cost(s, g.cp);
+        tokens += b.costs.tokens(s, g.cp);
+      }
+      CHECK(g.load == doctest::Approx(load).epsilon(1e-12));
+      CHECK(g.tokens == tokens);
+    }
+}
+
+TEST_CASE("levelled: a micro-batch multiple on many small samples keeps every rank working") {
+  // 2,500 samples of 1-64 tokens on 6 ranks make 4 rounds; a multiple of 16 halves them inside
+  // their groups (every rank keeps working, within 1% of the bound before any search), where a
+  // split by groups idles half the ranks of every round (about twice the bound)
+  dcpp::plan_options o = options_for(6, 4096);
+  o.microbatch_multiple = 16;
+  w::rng r(11);
+  std::vector<std::int64_t> lengths(2500);
+  for (auto& l : lengths)
+    l = r.uniform_int(1, 64);
+  const batch b(o, lengths, tabulation::table);
+  const state a = levelled_on(b, d::levelled_reach{});
+  check_state(a, b);
+  CHECK(a.rounds() == 16);
+  for (const dcpp::plan_microbatch& mb : a.to_plan("t").microbatches) {
+    std::int32_t busy = 0;
+    for (const dcpp::plan_group& g : mb.groups)
+      busy += g.cp;
+    CHECK(busy == 6);
+  }
+  CHECK(a.step_time() < 1.01 * dcpp::lower_bound(b.pr, b.e));
+  // with fewer samples than groups the split is by groups, as before
+  dcpp::plan_options few = options_for(16, 8192);
+  few.microbatch_multiple = 4;
+  const batch sparse(few, w::long_tail(12, 5), tabulation::table);
+  check_state(levelled_on(sparse, d::levelled_reach{}), sparse);
 }

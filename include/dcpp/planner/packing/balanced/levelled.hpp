@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -123,6 +124,9 @@ struct levelled_reach {
   //! at or below the round's maximum with it (the round is no slower; its slack, which no
   //! sample of the group's size is left to fill, carries work that later rounds lose).
   bool free_ride = false;
+  //! Defer a row's samples together once one of them misses while all are alike (see
+  //! `levelled`): the same rounds, faster (false only to prove that in a test).
+  bool skip_alike = true;
 };
 
 namespace levelled_detail {
@@ -151,6 +155,73 @@ void raise_to_level(levelled_slot& x, double level, std::int64_t& spare_tokens,
     if (w <= level)
       break;
   }
+}
+
+//! Raises the round count to the micro-batch multiple by halving rounds inside their groups:
+//! the round with the largest maximum load among those with a group of two samples or more
+//! becomes two rounds on the same groups (same ranks), each group's samples dealt to the halves
+//! by longest processing time; a group of one sample goes whole to the half with less area so
+//! far. Every rank that worked keeps working and the halves carry about half the load each,
+//! where `split_to_multiple`'s split by groups leaves half the ranks idle in both halves and the
+//! local search then moves samples back one at a time (the micro-batch multiple cost up to 44x
+//! the planning time on small samples: docs/benchmarks.md, scaling corners). Rounds of single
+//! samples only are left to `split_to_multiple`. Used where the groups average at least
+//! `balanced_tuning::halve_samples_per_group` samples (see there).
+template <class Estimator>
+void halve_to_multiple(std::vector<microbatch_state>& rounds, const cost_rows<Estimator>& costs) {
+  const plan_options& o = costs.options();
+  const auto multiple = static_cast<std::size_t>(o.microbatch_multiple);
+  std::vector<std::pair<double, std::int32_t>> dealt; // (cost, sample) of one group
+  while (rounds.size() % multiple != 0) {
+    std::optional<std::size_t> pick;
+    double pick_max = 0;
+    for (std::size_t m = 0; m < rounds.size(); ++m) {
+      double max_load = 0;
+      bool splittable = false;
+      for (const auto& g : rounds[m].groups()) {
+        max_load = std::max(max_load, g.load);
+        splittable = splittable || g.samples.size() >= 2;
+      }
+      if (splittable && (!pick || max_load > pick_max)) {
+        pick = m;
+        pick_max = max_load;
+      }
+    }
+    if (!pick)
+      break;
+    microbatch_state halves[2] = {microbatch_state(costs.world()), microbatch_state(costs.world())};
+    double area[2] = {0, 0};
+    for (const auto& g : rounds[*pick].groups()) {
+      if (g.samples.empty())
+        continue;
+      if (g.samples.size() == 1) {
+        const int h = area[0] <= area[1] ? 0 : 1;
+        const std::int32_t id = halves[h].open(g.first_rank, g.cp);
+        halves[h].add(id, g.samples.front(), g.tokens, g.load);
+        area[h] += g.load * g.cp;
+        continue;
+      }
+      dealt.clear();
+      for (const std::int32_t s : g.samples)
+        dealt.emplace_back(costs.cost(s, g.cp), s);
+      std::stable_sort(dealt.begin(), dealt.end(),
+                       [](const auto& x, const auto& y) { return x.first > y.first; });
+      const std::int32_t ids[2] = {halves[0].open(g.first_rank, g.cp),
+                                   halves[1].open(g.first_rank, g.cp)};
+      double load[2] = {0, 0};
+      for (const auto& [w, s] : dealt) {
+        const int h = load[0] <= load[1] ? 0 : 1;
+        halves[h].add(ids[h], s, costs.tokens(s, g.cp), w);
+        load[h] += w;
+      }
+      area[0] += load[0] * g.cp;
+      area[1] += load[1] * g.cp;
+    }
+    rounds[*pick] = std::move(halves[0]);
+    rounds.insert(rounds.begin() + static_cast<std::ptrdiff_t>(*pick) + 1, std::move(halves[1]));
+  }
+  split_to_multiple(rounds, o.microbatch_multiple, costs.batch(), costs.estimator(),
+                    /*grow=*/false);
 }
 
 } // namespace levelled_detail
@@ -215,6 +286,37 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
         return true;
     return false;
   };
+  // Runs of identical misses. The samples of a cost row lie side by side in `slots` and are
+  // alike (length, size, cost) until one is raised or joins a larger group; while every unplaced
+  // sample of a row still has the row's start size, a miss of one is a miss of all the row's
+  // samples after it in the round (a miss changes nothing the next one looks at), so they are
+  // deferred together: the rounds are the same as one by one, without visiting each (on a
+  // million samples nearly every visit was such a miss; docs/benchmarks.md, scaling corners).
+  // Per row: where its samples end in `slots`, its start size (0: the row's samples are not
+  // side by side or not alike, never skipped), and how many of its unplaced samples are at
+  // another size.
+  std::vector<std::int32_t> row_begin(costs.rows(), 0);
+  std::vector<std::int32_t> row_end(costs.rows(), -1);
+  std::vector<std::int32_t> row_cp(costs.rows(), 0);
+  std::vector<std::int32_t> off_start(costs.rows(), 0);
+  for (std::size_t p = 0; p < slots.size(); ++p) {
+    const levelled_slot& x = slots[p];
+    const auto r = static_cast<std::size_t>(x.row);
+    if (row_end[r] < 0) {
+      row_begin[r] = static_cast<std::int32_t>(p);
+      row_cp[r] = x.cp;
+    } else if (row_end[r] != static_cast<std::int32_t>(p) || x.cp != row_cp[r] ||
+               x.cost != slots[p - 1].cost || x.tokens != slots[p - 1].tokens ||
+               x.length != slots[p - 1].length || x.min_cp != slots[p - 1].min_cp) {
+      row_cp[r] = 0;
+    }
+    row_end[r] = static_cast<std::int32_t>(p) + 1;
+  }
+  // every unplaced sample of x's row is alike x
+  const auto alike = [&](const levelled_slot& x) {
+    const auto r = static_cast<std::size_t>(x.row);
+    return reach.skip_alike && row_cp[r] != 0 && x.cp == row_cp[r] && off_start[r] == 0;
+  };
   std::vector<std::int32_t> deferred;
   while (!remaining.empty()) {
     microbatch_state mb(world);
@@ -267,23 +369,39 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
         levelled_slot& x = slots[static_cast<std::size_t>(remaining[j])];
         if (x.cost > level || fits_somewhere(x))
           return false;
+        if (alike(x)) // the row's samples before it answer the same
+          j = static_cast<std::size_t>(
+              std::lower_bound(remaining.begin() + static_cast<std::ptrdiff_t>(i),
+                               remaining.begin() + static_cast<std::ptrdiff_t>(j),
+                               row_begin[static_cast<std::size_t>(x.row)]) -
+              remaining.begin());
       }
       return true;
     };
     std::int32_t misses = 0;
     double round_max = 0;
+    // a full round: no free ranks and no group with room for the smallest sample (checked
+    // every `full_round_check_every` misses, at the top of position i)
+    const auto round_full = [&](std::size_t i) {
+      return misses > 0 && misses % tuning.full_round_check_every == 0 && mb.free_ranks() == 0 &&
+             (!room_left() || exhausted(i, misses, round_max));
+    };
+    const auto defer_rest = [&](std::size_t i) {
+      deferred.insert(deferred.end(), remaining.begin() + static_cast<std::ptrdiff_t>(i),
+                      remaining.end());
+    };
     for (std::size_t i = 0; i < remaining.size(); ++i) {
-      // a full round: no free ranks and no group with room for the smallest sample
-      if (misses > 0 && misses % tuning.full_round_check_every == 0 && mb.free_ranks() == 0) {
-        if (!room_left() || exhausted(i, misses, round_max)) {
-          deferred.insert(deferred.end(), remaining.begin() + static_cast<std::ptrdiff_t>(i),
-                          remaining.end());
-          break;
-        }
+      if (round_full(i)) {
+        defer_rest(i);
+        break;
       }
       levelled_slot& x = slots[static_cast<std::size_t>(remaining[i])];
       const double level = std::max(level_cost, round_max);
+      const std::int32_t start_cp = row_cp[static_cast<std::size_t>(x.row)];
+      const bool was_off = x.cp != start_cp;
       levelled_detail::raise_to_level(x, level, spare_tokens, costs, raise_area);
+      if (!was_off && x.cp != start_cp)
+        ++off_start[static_cast<std::size_t>(x.row)]; // raised: counted until placed
       const std::int32_t c = x.cp;
       std::int32_t chosen = -1;
       std::int32_t chosen_cp = c;
@@ -347,8 +465,36 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
       if (chosen < 0) {
         ++misses;
         deferred.push_back(remaining[i]);
+        if (!alike(x))
+          continue;
+        const auto r = static_cast<std::size_t>(x.row);
+        // the rest of the row misses too: defer it at once, with the full-round checks a scan
+        // one by one would make on the way
+        const auto first = remaining.begin() + static_cast<std::ptrdiff_t>(i) + 1;
+        const auto last = std::lower_bound(first, remaining.end(), row_end[r]);
+        const auto end = i + 1 + static_cast<std::size_t>(last - first);
+        const std::int32_t every = tuning.full_round_check_every;
+        bool full = false;
+        // positions i+1.. start with misses, misses+1, ...; the checks fall where that count is
+        // a multiple of `every` (the ranks and rooms they look at stay as they are)
+        std::size_t p = i + 1 + static_cast<std::size_t>((every - misses % every) % every);
+        const std::int32_t base = misses - static_cast<std::int32_t>(i + 1);
+        if (p < end && mb.free_ranks() == 0) {
+          full = !room_left();
+          for (; !full && p < end; p += static_cast<std::size_t>(every))
+            full = exhausted(p, base + static_cast<std::int32_t>(p), round_max);
+        }
+        if (full) {
+          defer_rest(i + 1);
+          break;
+        }
+        deferred.insert(deferred.end(), first, last);
+        misses = base + static_cast<std::int32_t>(end);
+        i = end - 1;
         continue;
       }
+      if (start_cp != 0 && x.cp != start_cp)
+        --off_start[static_cast<std::size_t>(x.row)]; // placed: no longer counted
       misses = 0;
       if (chosen_cp != c) {
         x.cp = chosen_cp;
@@ -373,8 +519,17 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
     chosen.cp[static_cast<std::size_t>(x.id)] = x.cp;
     chosen.cost[static_cast<std::size_t>(x.id)] = x.cost;
   }
-  split_to_multiple(rounds, o.microbatch_multiple, costs.batch(), costs.estimator(),
-                    /*grow=*/false);
+  if (rounds.size() % static_cast<std::size_t>(o.microbatch_multiple) != 0) {
+    std::size_t groups = 0;
+    for (const microbatch_state& mb : rounds)
+      groups += mb.groups().size();
+    if (static_cast<double>(slots.size()) >=
+        tuning.halve_samples_per_group * static_cast<double>(groups))
+      levelled_detail::halve_to_multiple(rounds, costs);
+    else
+      split_to_multiple(rounds, o.microbatch_multiple, costs.batch(), costs.estimator(),
+                        /*grow=*/false);
+  }
   return assignment<Estimator>::from_rounds(costs, std::move(rounds), std::move(chosen));
 }
 

@@ -57,6 +57,14 @@ struct balanced_tuning {
   //! (two heavy samples stacked make one group as slow as both); 0 drops the variant.
   double heavy_share = 0.4;
   //! A round ends early only after this many misses in a row (a full scan is cheap before)...
+  //! Where the levelled rounds must be raised to the micro-batch multiple and their groups hold
+  //! at least this many samples each on average, rounds are halved inside their groups
+  //! (`halve_to_multiple`: every rank keeps working); with fewer, they are split by groups
+  //! (`split_to_multiple`), whose idle ranks let the local search widen the groups of long
+  //! samples. 2,500 samples of 1-64 tokens on 6 ranks at a multiple of 16 (~100 per group):
+  //! planning 0.55 s -> 0.03 s; 83 samples on 96 ranks at a multiple of 3 (~1 per group):
+  //! halving there would be 41% slower.
+  double halve_samples_per_group = 4;
   std::int32_t early_end_misses = 256;
   //! ...that are at least 1/this of the samples left, and is checked again after 1/this more.
   std::int32_t early_end_fraction = 8;
@@ -92,6 +100,12 @@ struct balanced_tuning {
   //! A construction this factor slower than the best plan so far is not improved: the local
   //! search does not close such a gap, and it is the costly part.
   double improve_within = 1.25;
+  //! ...except the megatron construction's plan, improved after the other steps where it is
+  //! within this factor of the best: from that start the local search does close wider gaps
+  //! (three seeded batches on 3 ranks at multiples 2-4 started 1.42-1.50x behind and won by up
+  //! to 5%), but not one 5.4x behind (2,500 samples of 1-64 tokens on 6 ranks at a multiple of
+  //! 16: 2.96x after 0.54 s of search, 80% of the planning time).
+  double megatron_improve_within = 2;
   //! A plan within this fraction of the lower bound ends the portfolio: no other step or pass
   //! can gain more than rounding noise...
   double bound_reached = 1e-9;
@@ -164,7 +178,9 @@ struct balanced_tuning {
              within("wide_raise_area", wide_raise_area, 0, big),
              within("ride_area", ride_area, 0, big),
              within("heavy_share", heavy_share, 0, big),
+             within("halve_samples_per_group", halve_samples_per_group, 0, big),
              within("improve_within", improve_within, 1, big),
+             within("megatron_improve_within", megatron_improve_within, 1, big),
              within("area_noise", area_noise, 0.5, 1),
              within("gain_epsilon", gain_epsilon, 0, 1),
              within("bound_reached", bound_reached, 0, 1),
