@@ -549,3 +549,93 @@ TEST_CASE("balanced: a plan at the lower bound ends the portfolio without changi
     CHECK(early.metrics.efficiency > 0.999);
   }
 }
+
+namespace {
+//! The growth rule step by step as written first (and as Megatron-LM does it): the first group
+//! of the smallest size that can grow grows one size, then every group is re-sorted by size
+//! (stably) and laid out again. The reference for the queue-based `grow_into_idle_ranks`.
+std::vector<dcpp::detail::microbatch_state::group>
+grow_reference(std::vector<dcpp::detail::microbatch_state::group> groups, std::int32_t world,
+               const dcpp::problem& pr, const dcpp::transformer_cost& e) {
+  const auto sort_by_size = [&] {
+    std::stable_sort(groups.begin(), groups.end(),
+                     [](const auto& a, const auto& b) { return a.cp > b.cp; });
+    std::int32_t next = 0;
+    for (auto& g : groups) {
+      g.first_rank = next;
+      next += g.cp;
+    }
+    return world - next;
+  };
+  std::int32_t free = sort_by_size();
+  while (free > 0) {
+    std::optional<std::size_t> pick;
+    std::int32_t next_cp = 0;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const auto it = std::upper_bound(pr.cp_sizes.begin(), pr.cp_sizes.end(), groups[g].cp);
+      if (it == pr.cp_sizes.end() || *it - groups[g].cp > free)
+        continue;
+      if (!pick || groups[g].cp < groups[*pick].cp)
+        pick = g, next_cp = *it;
+    }
+    if (!pick)
+      break;
+    auto& grp = groups[*pick];
+    grp.cp = next_cp;
+    grp.tokens = 0;
+    grp.load = 0;
+    for (const std::int32_t s : grp.samples) {
+      grp.tokens += pr.rank_tokens(static_cast<std::size_t>(s), next_cp);
+      grp.load += dcpp::sample_cost(pr, e, static_cast<std::size_t>(s), next_cp);
+    }
+    free = sort_by_size();
+  }
+  return groups;
+}
+} // namespace
+
+TEST_CASE("microbatch_state: growing into idle ranks matches the re-sorting reference") {
+  const dcpp::transformer_cost e;
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    CAPTURE(seed);
+    w::rng r(seed);
+    dcpp::plan_options o = options_for(static_cast<std::int32_t>(r.uniform_int(1, 200)), 4096);
+    o.group_topology = seed % 2 == 0 ? dcpp::topology::contiguous : dcpp::topology::aligned;
+    if (o.group_topology == dcpp::topology::aligned)
+      o.world_size = 1 << r.uniform_int(0, 7);
+    std::vector<std::int64_t> lengths(static_cast<std::size_t>(r.uniform_int(1, 60)));
+    for (auto& l : lengths)
+      l = r.uniform_int(1, 3000);
+    const dcpp::problem pr = dcpp::make_problem(o, lengths);
+    // groups of random sizes on some of the ranks, samples dealt at random
+    dcpp::detail::microbatch_state mb(o.world_size);
+    for (std::int32_t s = 0; s < static_cast<std::int32_t>(lengths.size()); ++s) {
+      const auto& groups = mb.groups();
+      if (!groups.empty() && r.uniform_int(0, 2) == 0) {
+        const auto g = static_cast<std::int32_t>(
+            r.uniform_int(0, static_cast<std::int64_t>(groups.size()) - 1));
+        const std::int32_t cp = groups[static_cast<std::size_t>(g)].cp;
+        mb.add(g, s, pr.rank_tokens(static_cast<std::size_t>(s), cp),
+               dcpp::sample_cost(pr, e, static_cast<std::size_t>(s), cp));
+        continue;
+      }
+      const std::int32_t cp = pr.cp_sizes[static_cast<std::size_t>(r.uniform_int(
+          0, std::min<std::int64_t>(2, static_cast<std::int64_t>(pr.cp_sizes.size()) - 1)))];
+      if (const auto first = mb.free_block(o, cp)) {
+        const std::int32_t g = mb.open(*first, cp);
+        mb.add(g, s, pr.rank_tokens(static_cast<std::size_t>(s), cp),
+               dcpp::sample_cost(pr, e, static_cast<std::size_t>(s), cp));
+      }
+    }
+    const auto expected = grow_reference(mb.groups(), o.world_size, pr, e);
+    mb.grow_into_idle_ranks(pr, e);
+    REQUIRE(mb.groups().size() == expected.size());
+    for (std::size_t g = 0; g < expected.size(); ++g) {
+      CHECK(mb.groups()[g].first_rank == expected[g].first_rank);
+      CHECK(mb.groups()[g].cp == expected[g].cp);
+      CHECK(mb.groups()[g].samples == expected[g].samples);
+      CHECK(mb.groups()[g].load == expected[g].load);
+      CHECK(mb.groups()[g].tokens == expected[g].tokens);
+    }
+  }
+}
