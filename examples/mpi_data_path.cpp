@@ -1,7 +1,9 @@
 // The data path end to end under MPI (`mpirun -np 4 mpi_data_path`): every rank holds its own
 // shard of samples; lengths are gathered, every rank plans, the plan is checked collectively,
 // tokens are routed into packed THD buffers, a stand-in model produces per-token outputs, and
-// the outputs are routed back to the samples' origin ranks in their original order.
+// the outputs are routed back to the samples' origin ranks in their original order; a stand-in
+// head-parallel layer (a running sum per head over whole sequences) goes through cp2hp / hp2cp.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include <dcpp/comm/mpi.hpp>
 #include <dcpp/dcpp.hpp>
 #include <dcpp/io/guarded_main.hpp>
+#include <dcpp/route/head_parallel.hpp>
 #include <dcpp/route/router.hpp>
 #include <dcpp/workload/generators.hpp>
 
@@ -55,12 +58,45 @@ int main(int argc, char** argv) {
     }
     // [plan-and-route]
 
+    // The same micro-batches through a head-parallel layer (Gated DeltaNet, Mamba), which needs
+    // whole sequences per head: cp2hp gives this rank all tokens of its group's sequences for
+    // heads / cp of the heads, the layer runs, hp2cp brings the result back to the zigzag chunks.
+    std::int64_t head_wrong = 0; // head-parallel results off their expected value
+    for (std::size_t mb = 0; mb < router.microbatches(); ++mb) {
+      const auto batch = router.dispatch(mb, shard);
+      // [head-parallel]
+      const dcpp::head_shape shape{.heads = 4, .head_dim = 2};
+      std::vector<float> hidden(static_cast<std::size_t>(dcpp::cp_elements(batch.layout, shape)));
+      for (std::size_t t = 0; t < static_cast<std::size_t>(batch.tokens()); ++t)
+        for (std::size_t e = 0; e < 8; ++e)
+          hidden[t * 8 + e] = batch.is_real[t] != 0 ? 1.0f : 0.0f; // stand-in activations
+      std::vector<float> heads(static_cast<std::size_t>(dcpp::hp_elements(batch.layout, shape)));
+      dcpp::cp2hp(world, batch.layout, shape, std::span<const float>(hidden),
+                  std::span<float>(heads));
+      const auto& cu = batch.layout.cu_seqlens_padded;
+      const std::size_t row = heads.size() / static_cast<std::size_t>(std::max(1, cu.back()));
+      for (std::size_t i = 0; i + 1 < cu.size(); ++i) // stand-in layer: a causal running sum
+        for (auto t = static_cast<std::size_t>(cu[i]) + 1; t < static_cast<std::size_t>(cu[i + 1]);
+             ++t)
+          for (std::size_t e = 0; e < row; ++e)
+            heads[t * row + e] += heads[(t - 1) * row + e];
+      dcpp::hp2cp(world, batch.layout, shape, std::span<const float>(heads),
+                  std::span<float>(hidden));
+      // [head-parallel]
+      for (std::size_t t = 0; t < static_cast<std::size_t>(batch.tokens()); ++t)
+        if (batch.is_real[t] != 0) // real token at position p: the sum of p + 1 ones
+          for (std::size_t e = 0; e < 8; ++e)
+            head_wrong += hidden[t * 8 + e] != static_cast<float>(batch.position_ids[t] + 1);
+    }
+
     // Every output came back to its token: position t of each local sample got -0.001 * t.
     std::int64_t wrong = 0, at = 0;
     for (const std::int64_t length : shard.lengths)
       for (std::int64_t t = 0; t < length; ++t, ++at)
         wrong += logprobs[static_cast<std::size_t>(at)] != -0.001f * static_cast<float>(t);
     wrong = static_cast<std::int64_t>(world.all_reduce_max(static_cast<std::uint64_t>(wrong)));
+    head_wrong =
+        static_cast<std::int64_t>(world.all_reduce_max(static_cast<std::uint64_t>(head_wrong)));
 
     const auto volume = dcpp::measure_route(router.get_plan(), router.origins());
     if (world.rank() == 0) {
@@ -71,7 +107,10 @@ int main(int argc, char** argv) {
                      static_cast<double>(volume.tokens_total));
       fmt::print("inverse route: {}\n",
                  wrong == 0 ? "every output is back at its token" : "outputs are misplaced");
+      fmt::print("head-parallel exchange: {}\n", head_wrong == 0
+                                                     ? "every running sum is whole-sequence"
+                                                     : "running sums are wrong");
     }
-    return wrong == 0 ? 0 : 1;
+    return wrong == 0 && head_wrong == 0 ? 0 : 1;
   });
 }

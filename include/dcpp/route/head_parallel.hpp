@@ -1,0 +1,291 @@
+// The head-parallel exchange (cp2hp / hp2cp) for layers that need whole sequences per head
+// (Gated DeltaNet, Mamba): from each CP rank's zigzag chunks of every sequence with all heads, to
+// whole sequences with a share of the heads on each rank, and back. One all-to-all-v over the
+// CP group per call; host-memory communicators (local threads, MPI).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "dcpp/comm/communicator.hpp"
+#include "dcpp/core/zigzag.hpp"
+#include "dcpp/error.hpp"
+#include "dcpp/route/fields.hpp"
+
+namespace dcpp {
+
+//! The shape of one token's row: `heads` heads of `head_dim` elements, head-major
+//! (`[heads][head_dim]`).
+struct head_shape {
+  std::int32_t heads = 0;
+  std::int64_t head_dim = 0;
+  friend bool operator==(const head_shape&, const head_shape&) = default;
+};
+
+//! How a tensor's heads are dealt over a CP group of `cp` ranks in the head-parallel layout:
+//! * `heads` a multiple of `cp`: group rank r holds heads `[r x heads/cp, (r+1) x heads/cp)`;
+//! * `cp` a multiple of `heads` (grouped-query attention with fewer key/value heads than
+//!   ranks): group rank r holds head `r / (cp/heads)`, each head on `cp/heads` consecutive
+//!   ranks: with query heads split the first way, the key/value head a rank's query heads use.
+//! Any other pair is refused (`check`).
+struct head_split {
+  std::int32_t heads = 1;
+  std::int32_t cp = 1;
+
+  [[nodiscard]] static status check(std::int32_t heads, std::int32_t cp) {
+    if (heads < 1 || cp < 1)
+      return status::failure(status_code::invalid_option,
+                             fmt::format("head-parallel exchange: heads = {} and cp = {} must "
+                                         "both be at least 1",
+                                         heads, cp));
+    if (heads % cp != 0 && cp % heads != 0)
+      return status::failure(
+          status_code::invalid_option,
+          fmt::format("head-parallel exchange: {} heads cannot be dealt over a CP group of {}: "
+                      "the heads must be a multiple of cp (each rank holds heads / cp) or cp a "
+                      "multiple of the heads (each head held by cp / heads ranks)",
+                      heads, cp));
+    return status::success();
+  }
+  //! Ranks holding each head (1 unless heads < cp).
+  [[nodiscard]] std::int32_t replicas() const noexcept { return heads >= cp ? 1 : cp / heads; }
+  //! Heads group rank r holds, from `first(r)`.
+  [[nodiscard]] std::int32_t count() const noexcept { return heads >= cp ? heads / cp : 1; }
+  [[nodiscard]] std::int32_t first(std::int32_t r) const noexcept {
+    return heads >= cp ? r * (heads / cp) : r / (cp / heads);
+  }
+  //! Whether group rank r is the lowest rank holding its heads.
+  [[nodiscard]] bool first_holder(std::int32_t r) const noexcept { return r % replicas() == 0; }
+};
+
+//! What `hp2cp` does with a head that several ranks hold (`head_split::replicas() > 1`): take
+//! the lowest holder's values (activations, which the holders share), or add every holder's
+//! (gradients of a shared key/value head), in group-rank order.
+enum class replica_merge : std::uint8_t { take_first, sum };
+
+//! Elements of this rank's zigzag buffer of `layout` (all heads) and of its head-parallel buffer
+//! (whole padded sequences, `head_split::count()` heads). 0 for an idle rank.
+[[nodiscard]] inline std::int64_t cp_elements(const thd_layout& layout, head_shape shape) {
+  return layout.tokens() * shape.heads * shape.head_dim;
+}
+[[nodiscard]] inline std::int64_t hp_elements(const thd_layout& layout, head_shape shape) {
+  if (layout.idle())
+    return 0;
+  const head_split split{shape.heads, layout.cp};
+  return std::int64_t{layout.cu_seqlens_padded.back()} * split.count() * shape.head_dim;
+}
+
+namespace detail {
+
+//! The local checks of an exchange: the layout's geometry, the split and both buffer sizes.
+[[nodiscard]] inline status head_exchange_status(const char* call, const thd_layout& l,
+                                                 head_shape shape, std::size_t cp_size,
+                                                 std::size_t hp_size) {
+  const auto fail = [&](std::string m) {
+    return status::failure(status_code::invalid_option, fmt::format("{}: {}", call, m));
+  };
+  if (shape.head_dim < 1)
+    return fail(fmt::format("head_dim = {} must be at least 1", shape.head_dim));
+  if (l.cp < 1 || l.rank_in_group < 0 || l.rank_in_group >= l.cp)
+    return fail(fmt::format("the layout's group rank {} is outside its group of {}",
+                            l.rank_in_group, l.cp));
+  if (status s = head_split::check(shape.heads, l.cp); !s.ok())
+    return s;
+  if (l.cu_seqlens_padded.empty() || l.cu_seqlens_padded.front() != 0 ||
+      l.cu_seqlens_padded.size() != l.samples.size() + 1)
+    return fail(fmt::format("cu_seqlens_padded has {} entries for {} samples (expected one more, "
+                            "starting at 0)",
+                            l.cu_seqlens_padded.size(), l.samples.size()));
+  for (std::size_t i = 0; i + 1 < l.cu_seqlens_padded.size(); ++i) {
+    const std::int64_t padded = std::int64_t{l.cu_seqlens_padded[i + 1]} - l.cu_seqlens_padded[i];
+    if (padded < 0 || padded % (2 * l.cp) != 0)
+      return fail(fmt::format("sample {} (position {}) is padded to {} tokens, not a "
+                              "non-negative multiple of 2 x cp = {}",
+                              l.samples[i], i, padded, 2 * l.cp));
+  }
+  const head_split split{shape.heads, l.cp};
+  const std::int64_t row = std::int64_t{shape.heads} * shape.head_dim;
+  const std::int64_t cp_expected = l.tokens() * row;
+  const std::int64_t hp_expected =
+      std::int64_t{l.cu_seqlens_padded.back()} * split.count() * shape.head_dim;
+  if (static_cast<std::int64_t>(cp_size) != cp_expected)
+    return fail(fmt::format("the zigzag buffer holds {} elements, expected {} ({} tokens x {} "
+                            "heads x {})",
+                            cp_size, cp_expected, l.tokens(), shape.heads, shape.head_dim));
+  if (static_cast<std::int64_t>(hp_size) != hp_expected)
+    return fail(fmt::format("the head-parallel buffer holds {} elements, expected {} ({} padded "
+                            "tokens x {} heads x {})",
+                            hp_size, hp_expected, l.cu_seqlens_padded.back(), split.count(),
+                            shape.head_dim));
+  return status::success();
+}
+
+//! Every group rank checks its own arguments, then that all hold the same sequences and shape:
+//! a rank with bad arguments fails every rank of the group with its message (no one waits in the
+//! all-to-all for a peer that never comes).
+template <communicator C>
+void agree_on_exchange(C& group, const char* call, const thd_layout& l, head_shape shape,
+                       std::size_t cp_size, std::size_t hp_size, status local) {
+  if (local.ok())
+    local = head_exchange_status(call, l, shape, cp_size, hp_size);
+  throw_unless_agreed(group, local);
+  std::uint64_t h = 1469598103934665603ULL;
+  const auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
+  mix(static_cast<std::uint64_t>(shape.heads));
+  mix(static_cast<std::uint64_t>(shape.head_dim));
+  mix(static_cast<std::uint64_t>(l.first_rank));
+  mix(static_cast<std::uint64_t>(l.cp));
+  for (const std::int32_t c : l.cu_seqlens_padded)
+    mix(static_cast<std::uint64_t>(c));
+  check_same_everywhere(group, h, "the head-parallel exchange's sequences and head shape");
+}
+
+//! Calls `f(row_in_whole_buffer, local_token)` for each token of group rank `r`'s zigzag buffer,
+//! in buffer order (sample, first chunk, second chunk).
+template <class F>
+void for_each_zigzag_token(const thd_layout& l, std::int32_t r, F&& f) {
+  std::int64_t local = 0;
+  for (std::size_t i = 0; i + 1 < l.cu_seqlens_padded.size(); ++i) {
+    const std::int64_t start = l.cu_seqlens_padded[i];
+    const std::int64_t chunk = zigzag_chunk_size(l.cu_seqlens_padded[i + 1] - start, l.cp);
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t base = start + zigzag_chunk_index(l.cp, r, half) * chunk;
+      for (std::int64_t j = 0; j < chunk; ++j)
+        f(base + j, local++);
+    }
+  }
+}
+
+} // namespace detail
+
+//! cp2hp: from this rank's zigzag buffer `in` (`cp_elements`: its tokens of every sample of
+//! `layout`, all heads) to its head-parallel buffer `out` (`hp_elements`: every padded token of
+//! every sample in sequence order, `head_split::count()` heads from `head_split::first(rank in
+//! group)`). `comm` is the communicator the layout's ranks refer to (the world of a plan); the
+//! exchange runs on its group `[first_rank, first_rank + cp)` (`group_for`), collective over the
+//! group's members. A group of one copies; an idle rank has nothing to do. Bad arguments on any
+//! member fail every member with that member's message.
+template <transferable T, communicator C>
+requires(C::buffer_memory == memory_space::host) void cp2hp(C& comm, const thd_layout& layout,
+                                                            head_shape shape, std::span<const T> in,
+                                                            std::span<T> out) {
+  if (layout.idle())
+    return;
+  if (layout.cp == 1) { // the rank's buffer is its sequences whole, every head its own
+    throw_if_failed(detail::head_exchange_status("cp2hp", layout, shape, in.size(), out.size()));
+    std::copy_n(in.data(), out.size(), out.data()); // sizes checked equal
+    return;
+  }
+  C group = comm.group_for(layout.first_rank, layout.cp);
+  detail::agree_on_exchange(group, "cp2hp", layout, shape, in.size(), out.size(),
+                            status::success());
+  const head_split split{shape.heads, layout.cp};
+  const std::int32_t cp = layout.cp;
+  const std::int64_t tokens = layout.tokens();
+  const auto row = static_cast<std::size_t>(std::int64_t{shape.heads} * shape.head_dim);
+  const auto part = static_cast<std::size_t>(std::int64_t{split.count()} * shape.head_dim);
+  // to each group rank q: every local token's heads of q, in buffer order
+  std::vector<T> send(static_cast<std::size_t>(tokens) * part * static_cast<std::size_t>(cp));
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(cp),
+                                   tokens * static_cast<std::int64_t>(part));
+  std::size_t at = 0;
+  for (std::int32_t q = 0; q < cp; ++q) {
+    const auto offset = static_cast<std::size_t>(split.first(q) * shape.head_dim);
+    for (std::int64_t t = 0; t < tokens; ++t, at += part)
+      std::memcpy(send.data() + at, in.data() + static_cast<std::size_t>(t) * row + offset,
+                  part * sizeof(T));
+  }
+  std::vector<T> recv(send.size());
+  group.all_to_all_v(std::span<const T>(send), counts, std::span<T>(recv), counts);
+  // from each group rank r: its tokens in its buffer order, placed at their sequence positions
+  at = 0;
+  for (std::int32_t r = 0; r < cp; ++r)
+    detail::for_each_zigzag_token(layout, r, [&](std::int64_t position, std::int64_t) {
+      std::memcpy(out.data() + static_cast<std::size_t>(position) * part, recv.data() + at,
+                  part * sizeof(T));
+      at += part;
+    });
+}
+
+//! hp2cp: the inverse of `cp2hp`, from the head-parallel buffer `in` back to the zigzag buffer
+//! `out`. A head several ranks hold comes from the lowest of them (`take_first`; the others send
+//! nothing) or is the sum of all of theirs in group-rank order (`sum`, for gradients; `T`
+//! arithmetic).
+template <transferable T, communicator C>
+requires(C::buffer_memory ==
+         memory_space::host) void hp2cp(C& comm, const thd_layout& layout, head_shape shape,
+                                        std::span<const T> in, std::span<T> out,
+                                        replica_merge merge = replica_merge::take_first) {
+  if (layout.idle())
+    return;
+  const status element_type =
+      merge == replica_merge::sum && !std::is_arithmetic_v<T>
+          ? status::failure(status_code::invalid_option,
+                            "hp2cp: replica_merge::sum needs an arithmetic element type")
+          : status::success();
+  if (layout.cp == 1) {
+    throw_if_failed(element_type);
+    throw_if_failed(detail::head_exchange_status("hp2cp", layout, shape, out.size(), in.size()));
+    std::copy_n(in.data(), out.size(), out.data()); // sizes checked equal
+    return;
+  }
+  C group = comm.group_for(layout.first_rank, layout.cp);
+  detail::agree_on_exchange(group, "hp2cp", layout, shape, out.size(), in.size(), element_type);
+  const head_split split{shape.heads, layout.cp};
+  const std::int32_t cp = layout.cp;
+  const std::int32_t me = layout.rank_in_group;
+  const std::int64_t tokens = layout.tokens();
+  const auto row = static_cast<std::size_t>(std::int64_t{shape.heads} * shape.head_dim);
+  const auto part = static_cast<std::size_t>(std::int64_t{split.count()} * shape.head_dim);
+  const bool summing = merge == replica_merge::sum && split.replicas() > 1;
+  const auto sends = [&](std::int32_t holder) { return summing || split.first_holder(holder); };
+  // to each group rank r: the rows of r's tokens, in r's buffer order (every rank holds as many
+  // tokens: the same sequences, 2 chunks of padded / 2cp each)
+  const std::int64_t mine = sends(me) ? tokens * static_cast<std::int64_t>(part) : 0;
+  std::vector<std::int64_t> send_counts(static_cast<std::size_t>(cp), mine);
+  std::vector<std::int64_t> recv_counts(static_cast<std::size_t>(cp));
+  for (std::int32_t q = 0; q < cp; ++q)
+    recv_counts[static_cast<std::size_t>(q)] =
+        sends(q) ? tokens * static_cast<std::int64_t>(part) : 0;
+  std::vector<T> send(static_cast<std::size_t>(mine) * static_cast<std::size_t>(cp));
+  if (mine > 0) {
+    std::size_t at = 0;
+    for (std::int32_t r = 0; r < cp; ++r)
+      detail::for_each_zigzag_token(layout, r, [&](std::int64_t position, std::int64_t) {
+        std::memcpy(send.data() + at, in.data() + static_cast<std::size_t>(position) * part,
+                    part * sizeof(T));
+        at += part;
+      });
+  }
+  std::size_t received = 0;
+  for (const std::int64_t c : recv_counts)
+    received += static_cast<std::size_t>(c);
+  std::vector<T> recv(received);
+  group.all_to_all_v(std::span<const T>(send), send_counts, std::span<T>(recv), recv_counts);
+  if (summing)
+    std::fill(out.begin(), out.end(), T{});
+  std::size_t at = 0;
+  for (std::int32_t q = 0; q < cp; ++q) {
+    if (!sends(q))
+      continue;
+    const auto offset = static_cast<std::size_t>(split.first(q) * shape.head_dim);
+    for (std::int64_t t = 0; t < tokens; ++t, at += part) {
+      T* to = out.data() + static_cast<std::size_t>(t) * row + offset;
+      if (summing) {
+        if constexpr (std::is_arithmetic_v<T>)
+          for (std::size_t e = 0; e < part; ++e)
+            to[e] += recv[at + e];
+      } else {
+        std::memcpy(to, recv.data() + at, part * sizeof(T));
+      }
+    }
+  }
+}
+
+} // namespace dcpp
