@@ -19,6 +19,7 @@
 #include "dcpp/planner/plan.hpp"
 #include "dcpp/planner/plan_hash.hpp"
 #include "dcpp/planner/planner.hpp"
+#include "dcpp/route/agreement.hpp"
 #include "dcpp/route/fields.hpp"
 #include "dcpp/route/locality.hpp"
 #include "dcpp/route/route.hpp"
@@ -38,28 +39,7 @@ public:
   router(C comm, plan p, sample_origins origins, std::int64_t padding_unit = 1)
       : comm_(std::move(comm)), plan_(std::move(p)), origins_(std::move(origins)),
         padding_unit_(padding_unit) {
-    status local = status::success();
-    if (plan_.world_size != comm_.size())
-      local = status::failure(status_code::invalid_plan,
-                              fmt::format("the plan is for world_size = {}, the communicator has "
-                                          "{} ranks",
-                                          plan_.world_size, comm_.size()));
-    else if (origins_.first_sample.size() != static_cast<std::size_t>(comm_.size()) + 1 ||
-             origins_.rank.size() != plan_.lengths.size())
-      local = status::failure(status_code::invalid_plan,
-                              fmt::format("sample origins cover {} samples on {} ranks; the plan "
-                                          "has {} samples on {} ranks",
-                                          origins_.rank.size(), origins_.first_sample.size() - 1,
-                                          plan_.lengths.size(), comm_.size()));
-    throw_unless_agreed(comm_, local);
-    check_same_everywhere(comm_, plan_hash(plan_), "the plan (hash)");
-    std::uint64_t h = 1469598103934665603ULL;
-    for (const std::int64_t f : origins_.first_sample)
-      h = (h ^ static_cast<std::uint64_t>(f)) * 1099511628211ULL;
-    check_same_everywhere(comm_, h, "the number of samples on each rank");
-    routes_.reserve(plan_.microbatches.size());
-    for (std::size_t m = 0; m < plan_.microbatches.size(); ++m)
-      routes_.push_back(make_rank_route(plan_, origins_, m, comm_.rank(), padding_unit_));
+    routes_ = detail::agreed_routes(comm_, plan_, origins_, padding_unit_);
   }
 
   [[nodiscard]] const plan& get_plan() const noexcept { return plan_; }

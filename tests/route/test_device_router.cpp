@@ -1,0 +1,127 @@
+// Tests for include/dcpp/route/device_router.hpp on Thrust's host policy (route_ops.hpp under
+// thrust::cpp::par, host vectors) and the local backend: the same seeded workloads as the host
+// router's tests, every buffer compared with the host router's bit for bit, the inverse route
+// too; the index maps and block layout on their own.
+#include "../support.hpp"
+
+#include <thrust/system/cpp/execution_policy.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dcpp/comm/local.hpp"
+#include "dcpp/route/device_router.hpp"
+#include "dcpp/route/route_ops.hpp"
+#include "round_trip.hpp"
+
+namespace rt = dcpp_test::route;
+
+namespace {
+using host_ops = dcpp::thrust_route_ops<decltype(thrust::cpp::par)>;
+template <class T>
+using host_buffer = std::vector<T>;
+template <class C>
+using twin_of =
+    dcpp::device_router<host_ops, host_buffer, C, rt::token_tag, dcpp::fields::token_ids,
+                        dcpp::fields::labels, dcpp::fields::loss_mask, rt::advantage>;
+
+//! Both routers on one workload: every micro-batch's buffer and the inverse route, bit for bit.
+template <class C>
+void compare(C& comm, std::uint64_t seed) {
+  const rt::workload w = rt::make_workload(seed, comm.size());
+  const rt::shard_type shard = rt::make_shard(w, comm.rank(), seed);
+  dcpp::planner<dcpp::megatron_cost> planner(w.options);
+  auto host = dcpp::plan_step(planner, comm, shard);
+  twin_of<C> twin(host_ops{thrust::cpp::par}, comm, host.get_plan(), host.origins(),
+                  w.options.padding_unit);
+  REQUIRE(twin.shard_tokens() == host.shard_tokens());
+  typename twin_of<C>::arrays_type arrays;
+  arrays.values = shard.values;
+  for (std::size_t m = 0; m < host.microbatches(); ++m) {
+    CAPTURE(m);
+    const auto expected = host.dispatch(m, shard);
+    const auto got = twin.dispatch(m, arrays);
+    CHECK(got.layout == expected.layout);
+    CHECK(got.position_ids == expected.position_ids);
+    CHECK(got.is_real == expected.is_real);
+    CHECK(got.fields.values == expected.values);
+    // the inverse route of a float per token (its position, a value every slot differs by)
+    std::vector<float> out(static_cast<std::size_t>(expected.tokens()));
+    for (std::size_t t = 0; t < out.size(); ++t)
+      out[t] =
+          0.5f * static_cast<float>(expected.position_ids[t]) + static_cast<float>(comm.rank());
+    std::vector<float> host_back(static_cast<std::size_t>(host.shard_tokens()), -1.0f);
+    std::vector<float> twin_back(host_back);
+    host.combine(m, std::span<const float>(out), std::span<float>(host_back));
+    twin.combine(m, out, twin_back);
+    CHECK(twin_back == host_back);
+  }
+}
+} // namespace
+
+TEST_CASE("device_router: the host router's buffers bit for bit, 600 workloads on 1-8 ranks") {
+  for (std::uint64_t seed = 0; seed < 600; ++seed) {
+    const int world = 1 + static_cast<int>(seed % 8);
+    CAPTURE(seed);
+    dcpp::run_local(world, [&](dcpp::local_communicator& c) { compare(c, seed); });
+  }
+}
+
+TEST_CASE("make_field_blocks: per peer, per field, blocks aligned to 16 bytes") {
+  const std::vector<std::int64_t> tokens{3, 0, 5};
+  const std::vector<std::size_t> sizes{8, 1, 4};
+  const dcpp::field_blocks b = dcpp::make_field_blocks(tokens, sizes);
+  // peer 0: 24 -> 32, 3 -> 16, 12 -> 16; peer 1: nothing; peer 2: 40 -> 48, 5 -> 16, 20 -> 32
+  CHECK(b.bytes == std::vector<std::int64_t>{64, 0, 96});
+  CHECK(b.total == 160);
+  CHECK(b.offset[0] == std::vector<std::int64_t>{0, 64, 64});
+  CHECK(b.offset[1] == std::vector<std::int64_t>{32, 64, 112});
+  CHECK(b.offset[2] == std::vector<std::int64_t>{48, 64, 128});
+  for (const auto& field : b.offset)
+    for (const std::int64_t o : field)
+      CHECK(o % dcpp::route_block_alignment == 0);
+}
+
+TEST_CASE("make_route_maps: every segment's tokens once, peers in order, local tokens apart") {
+  dcpp::rank_route r;
+  r.rank = 1;
+  r.send = {{{0, 4, 2}}, {{2, 0, 3}}, {{5, 1, 1}, {7, 9, 2}}};
+  r.recv = {{{0, 10, 2}}, {}, {{0, 20, 1}}};
+  const dcpp::route_maps m = dcpp::make_route_maps(r);
+  CHECK(m.send_tokens == std::vector<std::int64_t>{2, 0, 3});
+  CHECK(m.send_source == std::vector<std::int64_t>{0, 1, 5, 7, 8});
+  CHECK(m.send_peer == std::vector<std::int32_t>{0, 0, 2, 2, 2});
+  CHECK(m.send_slot == std::vector<std::int64_t>{0, 1, 0, 1, 2});
+  CHECK(m.local_source == std::vector<std::int64_t>{2, 3, 4});
+  CHECK(m.local_dest == std::vector<std::int64_t>{0, 1, 2});
+  CHECK(m.recv_tokens == std::vector<std::int64_t>{2, 0, 1});
+  CHECK(m.recv_dest == std::vector<std::int64_t>{10, 11, 20});
+  CHECK(m.recv_peer == std::vector<std::int32_t>{0, 0, 2});
+  CHECK(m.recv_slot == std::vector<std::int64_t>{0, 1, 0});
+}
+
+TEST_CASE("device_router: a field of the wrong size fails every rank with its message") {
+  std::vector<std::string> messages(3);
+  std::mutex mu;
+  dcpp::run_local(3, [&](dcpp::local_communicator& c) {
+    const rt::workload w = rt::make_workload(5, c.size());
+    const rt::shard_type shard = rt::make_shard(w, c.rank(), 5);
+    dcpp::planner<dcpp::megatron_cost> planner(w.options);
+    auto host = dcpp::plan_step(planner, c, shard);
+    twin_of<dcpp::local_communicator> twin(host_ops{thrust::cpp::par}, c, host.get_plan(),
+                                           host.origins());
+    typename twin_of<dcpp::local_communicator>::arrays_type arrays;
+    arrays.values = shard.values;
+    if (c.rank() == 1)
+      arrays.get<dcpp::fields::labels>().push_back(3);
+    try {
+      (void)twin.dispatch(0, arrays);
+    } catch (const dcpp::error& e) {
+      std::lock_guard lock(mu);
+      messages[static_cast<std::size_t>(c.rank())] = e.what();
+    }
+  });
+  for (const auto& m : messages)
+    CHECK(m.starts_with("rank 1: field 'labels' holds"));
+}
