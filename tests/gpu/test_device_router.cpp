@@ -15,6 +15,7 @@
 #include "dcpp/comm/nccl.hpp"
 #include "dcpp/cuda/memory.hpp"
 #include "dcpp/route/cuda_route_ops.hpp"
+#include "dcpp/route/device_head_parallel.hpp"
 #include "dcpp/route/device_router.hpp"
 
 namespace rt = dcpp_test::route;
@@ -75,6 +76,31 @@ TEST_CASE("device_router on a GPU: the host router's buffers bit for bit, one ra
       }
     });
   }
+}
+
+TEST_CASE("cp2hp / hp2cp on a GPU: a group of one copies its buffer on the device") {
+  auto nccl = one_rank();
+  dcpp::thd_layout l;
+  l.first_rank = 0;
+  l.cp = 1;
+  l.rank_in_group = 0;
+  l.samples = {0, 1};
+  l.cu_seqlens = {0, 5, 9};
+  l.cu_seqlens_padded = {0, 6, 10};
+  const dcpp::head_shape shape{4, 8};
+  std::vector<float> values(static_cast<std::size_t>(dcpp::cp_elements(l, shape)));
+  for (std::size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<float>(i) * 0.25f;
+  const device_buffer<float> in(values);
+  device_buffer<float> heads(values.size()), back(values.size());
+  dcpp::cuda_route_ops ops{nccl.stream()};
+  dcpp::cp2hp<device_buffer>(ops, nccl, l, shape, std::span<const float>(in.data(), in.size()),
+                             std::span<float>(heads.data(), heads.size()));
+  dcpp::hp2cp<device_buffer>(ops, nccl, l, shape,
+                             std::span<const float>(heads.data(), heads.size()),
+                             std::span<float>(back.data(), back.size()));
+  CHECK(download(heads) == values);
+  CHECK(download(back) == values);
 }
 
 int main(int argc, char** argv) {

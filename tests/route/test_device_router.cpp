@@ -1,7 +1,7 @@
-// Tests for include/dcpp/route/device_router.hpp on Thrust's host policy (route_ops.hpp under
-// thrust::cpp::par, host vectors) and the local backend: the same seeded workloads as the host
-// router's tests, every buffer compared with the host router's bit for bit, the inverse route
-// too; the index maps and block layout on their own.
+// Tests for include/dcpp/route/device_router.hpp and device_head_parallel.hpp on Thrust's host
+// policy (route_ops.hpp under thrust::cpp::par, host vectors) and the local backend: the same
+// seeded workloads as the host router's and the host exchange's tests, every buffer compared
+// with theirs bit for bit, the inverse route too; the index maps and block layout on their own.
 #include "../support.hpp"
 
 #include <thrust/system/cpp/execution_policy.h>
@@ -11,11 +11,14 @@
 #include <vector>
 
 #include "dcpp/comm/local.hpp"
+#include "dcpp/route/device_head_parallel.hpp"
 #include "dcpp/route/device_router.hpp"
 #include "dcpp/route/route_ops.hpp"
+#include "head_parallel_check.hpp"
 #include "round_trip.hpp"
 
 namespace rt = dcpp_test::route;
+namespace hp = dcpp_test::head_parallel;
 
 namespace {
 using host_ops = dcpp::thrust_route_ops<decltype(thrust::cpp::par)>;
@@ -124,4 +127,72 @@ TEST_CASE("device_router: a field of the wrong size fails every rank with its me
   });
   for (const auto& m : messages)
     CHECK(m.starts_with("rank 1: field 'labels' holds"));
+}
+
+TEST_CASE("cp2hp / hp2cp on the Thrust backend: the host exchange's results bit for bit") {
+  std::int32_t shared = 0;
+  for (std::uint64_t seed = 0; seed < 300; ++seed) {
+    const int world = 1 + static_cast<int>(seed % 8);
+    CAPTURE(seed);
+    dcpp::run_local(world, [&](dcpp::local_communicator& c) {
+      const auto sizes = hp::group_sizes(seed, world);
+      std::int32_t first = 0, cp = 0;
+      for (const std::int32_t size : sizes) {
+        if (c.rank() < first + size) {
+          cp = size;
+          break;
+        }
+        first += size;
+      }
+      const hp::group_case g = hp::make_group(seed, first, cp, c.rank() - first);
+      const std::vector<double> local = hp::zigzag_slice(g, g.whole);
+      const auto hp_size = static_cast<std::size_t>(dcpp::hp_elements(g.layout, g.shape));
+      std::vector<double> host(hp_size), twin(hp_size, -3.0);
+      dcpp::cp2hp(c, g.layout, g.shape, std::span<const double>(local), std::span<double>(host));
+      host_ops ops{thrust::cpp::par};
+      dcpp::cp2hp<host_buffer>(ops, c, g.layout, g.shape, std::span<const double>(local),
+                               std::span<double>(twin));
+      CHECK(twin == host);
+      std::vector<double> back_host(local.size()), back_twin(local.size(), -3.0);
+      dcpp::hp2cp(c, g.layout, g.shape, std::span<const double>(host),
+                  std::span<double>(back_host));
+      dcpp::hp2cp<host_buffer>(ops, c, g.layout, g.shape, std::span<const double>(twin),
+                               std::span<double>(back_twin));
+      CHECK(back_twin == back_host);
+      CHECK(back_twin == local);
+    });
+    for (std::int32_t first = 0; const std::int32_t cp : hp::group_sizes(seed, world)) {
+      shared += hp::make_group(seed, first, cp, 0).shape.heads < cp ? 1 : 0;
+      first += cp;
+    }
+  }
+  CHECK(shared > 20);
+}
+
+TEST_CASE("hp2cp on the Thrust backend: summing shared heads is refused on every rank") {
+  std::vector<std::string> messages(4);
+  std::mutex mu;
+  dcpp::run_local(4, [&](dcpp::local_communicator& c) {
+    dcpp::thd_layout l;
+    l.first_rank = 0;
+    l.cp = 4;
+    l.rank_in_group = c.rank();
+    l.samples = {0};
+    l.cu_seqlens = {0, 8};
+    l.cu_seqlens_padded = {0, 8};
+    const dcpp::head_shape shape{2, 3}; // two heads on four ranks: each held twice
+    std::vector<float> in(static_cast<std::size_t>(dcpp::hp_elements(l, shape)));
+    std::vector<float> out(static_cast<std::size_t>(dcpp::cp_elements(l, shape)));
+    host_ops ops{thrust::cpp::par};
+    try {
+      dcpp::hp2cp<host_buffer>(ops, c, l, shape, std::span<const float>(in), std::span<float>(out),
+                               dcpp::replica_merge::sum);
+    } catch (const dcpp::error& e) {
+      std::lock_guard lock(mu);
+      messages[static_cast<std::size_t>(c.rank())] = e.what();
+    }
+  });
+  for (const auto& m : messages)
+    CHECK(m == "rank 0: hp2cp: summing the replicas of a shared head runs on host buffers only "
+               "(replica_merge::sum); a device backend takes the first holder's");
 }

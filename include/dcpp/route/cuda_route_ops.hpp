@@ -23,6 +23,9 @@ struct cuda_route_ops {
   void unpack(std::size_t bytes, const route_ops_maps& m, const std::byte* buffer, void* values);
   void copy(std::size_t bytes, std::int64_t n, const std::int64_t* from, const std::int64_t* to,
             const void* source, void* dest);
+  void copy_rows(std::size_t bytes, std::int64_t rows, std::int64_t width,
+                 const std::int64_t* from_row, const std::int64_t* to_row, const void* source,
+                 void* dest);
   void fill(std::size_t bytes, std::int64_t n, const void* value, void* dest);
   void geometry(std::int64_t tokens, const std::int32_t* cu_padded, const std::int32_t* cu,
                 std::int32_t samples, std::int32_t cp, std::int32_t rank, std::int64_t* positions,

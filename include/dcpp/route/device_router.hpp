@@ -160,6 +160,7 @@ concept route_operations = requires(O& o, const route_ops_maps& m, const void* i
   o.pack(std::size_t{}, m, in, bytes);
   o.unpack(std::size_t{}, m, bytes, out);
   o.copy(std::size_t{}, std::int64_t{}, index, index, in, out);
+  o.copy_rows(std::size_t{}, std::int64_t{}, std::int64_t{}, index, index, in, out);
   o.fill(std::size_t{}, std::int64_t{}, in, out);
   o.geometry(std::int64_t{}, cu, cu, std::int32_t{}, std::int32_t{}, std::int32_t{}, positions,
              real);

@@ -75,6 +75,19 @@ struct copy_words {
   DCPP_HOST_DEVICE void operator()(std::int64_t k) const { dest[to[k]] = source[from[k]]; }
 };
 template <class W>
+struct copy_row_words {
+  std::int64_t width; // words per row
+  const std::int64_t* from_row;
+  const std::int64_t* to_row;
+  const W* source;
+  W* dest;
+  DCPP_HOST_DEVICE void operator()(std::int64_t i) const {
+    const std::int64_t r = i / width;
+    const std::int64_t e = i - r * width;
+    dest[to_row[r] + e] = source[from_row[r] + e];
+  }
+};
+template <class W>
 struct fill_words {
   W value;
   W* dest;
@@ -133,6 +146,17 @@ struct thrust_route_ops {
             const void* source, void* dest) {
     by_size(bytes, [&]<class W>() {
       run(n, detail::copy_words<W>{from, to, static_cast<const W*>(source), static_cast<W*>(dest)});
+    });
+  }
+  //! Rows of `width` values: dest[to_row[r] + e] = source[from_row[r] + e] for r < rows,
+  //! e < width (row starts in values).
+  void copy_rows(std::size_t bytes, std::int64_t rows, std::int64_t width,
+                 const std::int64_t* from_row, const std::int64_t* to_row, const void* source,
+                 void* dest) {
+    by_size(bytes, [&]<class W>() {
+      run(rows * width,
+          detail::copy_row_words<W>{width, from_row, to_row, static_cast<const W*>(source),
+                                    static_cast<W*>(dest)});
     });
   }
   //! dest[k] = *value (a host value of `bytes` bytes) for k < n.
