@@ -1,14 +1,14 @@
 // gpu_trainer: the CPU trainer's model and loop on CUDA devices, one GPU per MPI rank
-// (`mpirun -np 4 gpu_trainer`). Every step: each rank's data shard -> gather lengths, plan,
-// route the token ids (plan_step over MPI: the ids come from the host data loader) -> per
-// micro-batch, upload the rank's THD batch and run on the device, on the CP group's NCCL
-// communicator: token embedding, the varlen causal conv1d with the CP halo exchanged by NCCL,
-// causal self-attention through the device ring (K/V over NCCL, compute and transfers on two
-// streams), an MLP, an output projection, cross-entropy and the loss-token reduction -> the
-// backward through all of it -> NCCL all-reduce of the gradients -> SGD with momentum on the
-// device. Same model, data, flags, progress line and JSON log as cpu_trainer (examples/trainer/
-// common.hpp), so the two logs can be compared. fp32. Without a CUDA device it says so and
-// exits 77 (a skip for `meson test`).
+// (`mpirun -np 4 gpu_trainer`). Every step: each rank's data shard -> gather lengths and plan
+// (plan_step over MPI, metadata only) -> the shard's token ids, labels and loss mask uploaded
+// once and routed on the device (device_router: Thrust's CUDA policy and one NCCL all-to-all per
+// micro-batch) -> per micro-batch, on the CP group's NCCL communicator: token embedding, the varlen
+// causal conv1d with the CP halo exchanged by NCCL, causal self-attention through the device ring
+// (K/V over NCCL, compute and transfers on two streams), an MLP, an output projection,
+// cross-entropy and the loss-token reduction -> the backward through all of it -> NCCL all-reduce
+// of the gradients -> SGD with momentum on the device. Same model, data, flags, progress line and
+// JSON log as cpu_trainer (examples/trainer/ common.hpp), so the two logs can be compared. fp32.
+// Without a CUDA device it says so and exits 77 (a skip for `meson test`).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -30,6 +31,8 @@
 #include <dcpp/io/guarded_main.hpp>
 #include <dcpp/kernels/loss/token_reduce_launch.hpp>
 #include <dcpp/loss/token_mean.hpp>
+#include <dcpp/route/cuda_route_ops.hpp>
+#include <dcpp/route/device_router.hpp>
 #include <dcpp/route/router.hpp>
 
 #include "trainer/common.hpp"        // model shape, parameters, data, command line, report
@@ -70,8 +73,8 @@ struct device_model {
 
 //! Activations and work space of one micro-batch, grown as needed.
 struct workspace {
-  device_array<std::int32_t> ids, labels, local_cu, begin;
-  device_array<std::uint8_t> mask;
+  device_array<std::int32_t> ids, labels, local_cu, begin, embed_keys;
+  device_array<std::uint8_t> mask, real;
   device_array<std::int64_t> position, length, halo_index, embed_offsets, embed_sources;
   device_array<float> x0, c, x1, q, k, v, o, lse, x2, u, h, x3, logits, loss, dlogits;
   device_array<float> dx3, dh, dx2, dout, dq, dk, dv, dx1, dx0, halo_x, halo_dx, partial, dw, db;
@@ -99,6 +102,41 @@ struct microbatch_result {
   double loss_sum = 0, loss_count = 0;
 };
 
+//! The router's twin on the device: Thrust's CUDA policy on the NCCL stream, device arrays.
+template <class T>
+using device_buffer = device_array<T>;
+using device_route_type =
+    dcpp::device_router<dcpp::cuda_route_ops, device_buffer, dcpp::nccl_communicator,
+                        dcpp::fields::token_ids, dcpp::fields::labels, dcpp::fields::loss_mask>;
+
+//! A micro-batch's payload in device memory.
+struct device_payload {
+  const std::int32_t* ids;
+  const std::int32_t* labels;
+  const std::uint8_t* mask;
+  const std::uint8_t* real;
+};
+//! The host router's batch (the calibration path): uploaded into the workspace.
+template <class... Fields>
+device_payload payload_on_device(const dcpp::thd_batch<Fields...>& batch, workspace& ws,
+                                 cudaStream_t stream) {
+  upload(ws.ids, std::span(batch.template get<dcpp::fields::token_ids>()), stream);
+  upload(ws.labels, std::span(batch.template get<dcpp::fields::labels>()), stream);
+  upload(ws.mask, std::span(batch.template get<dcpp::fields::loss_mask>()), stream);
+  upload(ws.real, std::span(batch.is_real), stream);
+  return {ws.ids.data(), ws.labels.data(), ws.mask.data(), ws.real.data()};
+}
+//! The device router's batch: already on the device.
+template <class Batch>
+requires requires(const Batch& b) {
+  b.fields;
+}
+device_payload payload_on_device(const Batch& batch, workspace&, cudaStream_t) {
+  return {batch.fields.template get<dcpp::fields::token_ids>().data(),
+          batch.fields.template get<dcpp::fields::labels>().data(),
+          batch.fields.template get<dcpp::fields::loss_mask>().data(), batch.is_real.data()};
+}
+
 //! Forward and backward of one micro-batch on the device; adds the parameter gradients (for a
 //! loss normalised by `scale`) to model.g. Kernels on `stream`; transfers on the group's stream.
 template <class Batch>
@@ -110,14 +148,11 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
   const auto N = static_cast<std::size_t>(n);
   const std::size_t nd = N * dim, nh = N * hidden;
   const auto& p = model.layout;
-  upload(ws.ids, std::span(batch.template get<dcpp::fields::token_ids>()), stream);
-  upload(ws.labels, std::span(batch.template get<dcpp::fields::labels>()), stream);
-  upload(ws.mask, std::span(batch.template get<dcpp::fields::loss_mask>()), stream);
+  const device_payload in = payload_on_device(batch, ws, stream);
 
   // ---- forward ----
   float* x0 = room(ws.x0, nd);
-  cuda_check(trainer::embed(model.weight(p.embed), ws.ids.data(), x0, n, vocab, dim, stream),
-             "embed");
+  cuda_check(trainer::embed(model.weight(p.embed), in.ids, x0, n, vocab, dim, stream), "embed");
   // [gpu-conv-halo]
   // conv1d: the halo rows come from their owners over NCCL
   const auto conv_layout = dcpp::conv1d_layout::from_thd(layout, width);
@@ -163,9 +198,9 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
   float *logits = room(ws.logits, N * vocab), *loss = room(ws.loss, N),
         *dlogits = room(ws.dlogits, N * vocab);
   mm(x3, model.weight(p.out), logits, n, dim, vocab, false, stream);
-  cuda_check(trainer::cross_entropy(logits, ws.labels.data(), ws.mask.data(), scale, loss, dlogits,
-                                    n, vocab, stream),
-             "cross_entropy");
+  cuda_check(
+      trainer::cross_entropy(logits, in.labels, in.mask, scale, loss, dlogits, n, vocab, stream),
+      "cross_entropy");
   const int sequences = static_cast<int>(layout.cu_seqlens_padded.size()) - 1;
   std::vector<std::int32_t> local_cu(layout.cu_seqlens_padded.size());
   for (std::size_t s = 0; s < local_cu.size(); ++s)
@@ -173,7 +208,7 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
   upload(ws.local_cu, std::span<const std::int32_t>(local_cu), stream);
   dcpp::kernels::token_reduce_params<float, double> tr{loss,
                                                        n,
-                                                       ws.mask.data(),
+                                                       in.mask,
                                                        0,
                                                        ws.local_cu.data(),
                                                        sequences,
@@ -225,21 +260,11 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
              "add");
   // embedding: sum the real tokens' gradients per vocabulary row, in token order
   cuda_check(trainer::add(dx1, cp.dx, dx1, static_cast<std::int64_t>(nd), stream), "add");
-  const auto& ids = batch.template get<dcpp::fields::token_ids>();
-  std::vector<std::int64_t> offsets(vocab + 1, 0), sources;
-  for (std::size_t i = 0; i < N; ++i)
-    if (batch.is_real[i] != 0)
-      ++offsets[static_cast<std::size_t>(ids[i]) + 1];
-  for (int t = 0; t < vocab; ++t)
-    offsets[static_cast<std::size_t>(t) + 1] += offsets[static_cast<std::size_t>(t)];
-  sources.resize(static_cast<std::size_t>(offsets[vocab]));
-  std::vector<std::int64_t> cursor(offsets.begin(), offsets.end() - 1);
-  for (std::size_t i = 0; i < N; ++i)
-    if (batch.is_real[i] != 0)
-      sources[static_cast<std::size_t>(cursor[static_cast<std::size_t>(ids[i])]++)] =
-          static_cast<std::int64_t>(i);
-  upload(ws.embed_offsets, std::span<const std::int64_t>(offsets), stream);
-  upload(ws.embed_sources, std::span<const std::int64_t>(sources), stream);
+  // the index of the real tokens per vocabulary row, built on the device (embedding_csr.hpp)
+  cuda_check(trainer::embedding_csr(in.ids, in.real, n, vocab, room(ws.embed_offsets, vocab + 1),
+                                    room(ws.embed_sources, std::max<std::size_t>(N, 1)),
+                                    room(ws.embed_keys, std::max<std::size_t>(N, 1)), stream),
+             "embedding_csr");
   cuda_check(dcpp::kernels::row_gather_sum(dx1, ws.embed_offsets.data(), ws.embed_sources.data(),
                                            model.grad(p.embed), vocab, dim, true, stream),
              "row_gather_sum (embedding)");
@@ -336,13 +361,23 @@ int main(int argc, char** argv) {
       const auto counted = dcpp::global_token_mean(world, std::span<const double>(count_totals), 1);
       const auto scale = static_cast<float>(counted.gradient_scale[0]);
 
+      // lengths gathered and the plan made over MPI (metadata); the payloads go to the device
+      // once and are routed there, over NCCL on its stream
       auto router = dcpp::plan_step(planner, world, shard);
+      device_route_type device_route(dcpp::cuda_route_ops{nccl.stream()}, nccl, router.get_plan(),
+                                     router.origins());
+      device_route_type::arrays_type payload;
+      payload.values =
+          std::make_tuple(device_array<std::int32_t>(shard.get<dcpp::fields::token_ids>()),
+                          device_array<std::int32_t>(shard.get<dcpp::fields::labels>()),
+                          device_array<std::uint8_t>(shard.get<dcpp::fields::loss_mask>()));
       cuda_check(cudaMemsetAsync(model.g.data(), 0, host.total * sizeof(float), compute), "memset");
       double loss_sum = 0, loss_count = 0;
       std::int64_t tokens = 0;
       // [gpu-step]
-      for (std::size_t mb = 0; mb < router.microbatches(); ++mb) {
-        const auto batch = router.dispatch(mb, shard);
+      for (std::size_t mb = 0; mb < device_route.microbatches(); ++mb) {
+        const auto batch = device_route.dispatch(mb, payload); // collective: every rank
+        order(transfer, compute); // routed (on the NCCL stream) before it is computed on
         if (batch.layout.idle())
           continue;
         auto group = nccl.group_for(batch.layout.first_rank, batch.layout.cp);

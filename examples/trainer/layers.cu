@@ -1,5 +1,8 @@
 // CUDA launches of the GPU trainer's layers (bodies in layers.hpp).
+#include <thrust/system/cuda/execution_policy.h>
+
 #include "dcpp/kernels/simt/cuda_context.cuh"
+#include "embedding_csr.hpp"
 #include "layers_launch.hpp"
 
 namespace trainer {
@@ -96,6 +99,18 @@ cudaError_t sgd(float* w, const float* g, float* v, std::int64_t n, float lr, fl
   if (n <= 0)
     return cudaSuccess;
   sgd_kernel<<<blocks_for(n), threads, 0, stream>>>(w, g, v, n, lr, momentum);
+  return cudaGetLastError();
+}
+
+cudaError_t embedding_csr(const std::int32_t* ids, const std::uint8_t* real, std::int64_t tokens,
+                          int vocab, std::int64_t* offsets, std::int64_t* sources,
+                          std::int32_t* keys, cudaStream_t stream) {
+  if (tokens > 0)
+    embedding_csr(thrust::cuda::par_nosync.on(stream), ids, real, tokens, vocab, offsets, sources,
+                  keys);
+  else
+    cudaMemsetAsync(offsets, 0, (static_cast<std::size_t>(vocab) + 1) * sizeof(std::int64_t),
+                    stream);
   return cudaGetLastError();
 }
 

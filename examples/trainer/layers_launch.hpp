@@ -21,5 +21,10 @@ cudaError_t cross_entropy(const float* logits, const std::int32_t* labels, const
                           cudaStream_t stream);
 cudaError_t sgd(float* w, const float* g, float* v, std::int64_t n, float lr, float momentum,
                 cudaStream_t stream);
+//! embedding_csr.hpp on the device (Thrust's CUDA policy on `stream`; `keys`: room for
+//! `tokens` ids).
+cudaError_t embedding_csr(const std::int32_t* ids, const std::uint8_t* real, std::int64_t tokens,
+                          int vocab, std::int64_t* offsets, std::int64_t* sources,
+                          std::int32_t* keys, cudaStream_t stream);
 
 } // namespace trainer

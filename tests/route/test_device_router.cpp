@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../../examples/trainer/embedding_csr.hpp"
 #include "dcpp/comm/local.hpp"
 #include "dcpp/route/device_head_parallel.hpp"
 #include "dcpp/route/device_router.hpp"
@@ -195,4 +196,41 @@ TEST_CASE("hp2cp on the Thrust backend: summing shared heads is refused on every
   for (const auto& m : messages)
     CHECK(m == "rank 0: hp2cp: summing the replicas of a shared head runs on host buffers only "
                "(replica_merge::sum); a device backend takes the first holder's");
+}
+
+TEST_CASE("the GPU trainer's embedding index on thrust::cpp::par: the host counting sort's") {
+  for (std::uint64_t seed = 1; seed <= 200; ++seed) {
+    CAPTURE(seed);
+    dcpp::workload::rng r(seed);
+    const auto tokens = r.uniform_int(0, 300);
+    const int vocab = static_cast<int>(r.uniform_int(1, 40));
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(tokens));
+    std::vector<std::uint8_t> real(ids.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = static_cast<std::int32_t>(r.uniform_int(0, vocab - 1));
+      real[i] = r.uniform_int(0, 4) == 0 ? 0 : 1;
+    }
+    // the host's counting sort, as gpu_trainer built it before
+    std::vector<std::int64_t> offsets(static_cast<std::size_t>(vocab) + 1, 0), sources;
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if (real[i] != 0)
+        ++offsets[static_cast<std::size_t>(ids[i]) + 1];
+    for (int t = 0; t < vocab; ++t)
+      offsets[static_cast<std::size_t>(t) + 1] += offsets[static_cast<std::size_t>(t)];
+    sources.resize(static_cast<std::size_t>(offsets.back()));
+    std::vector<std::int64_t> cursor(offsets.begin(), offsets.end() - 1);
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if (real[i] != 0)
+        sources[static_cast<std::size_t>(cursor[static_cast<std::size_t>(ids[i])]++)] =
+            static_cast<std::int64_t>(i);
+    std::vector<std::int64_t> got_offsets(offsets.size(), -1), got_sources(ids.size(), -1);
+    std::vector<std::int32_t> keys(ids.size());
+    const std::int64_t count =
+        trainer::embedding_csr(thrust::cpp::par, ids.data(), real.data(), tokens, vocab,
+                               got_offsets.data(), got_sources.data(), keys.data());
+    CHECK(count == offsets.back());
+    CHECK(got_offsets == offsets);
+    got_sources.resize(static_cast<std::size_t>(count));
+    CHECK(got_sources == sources);
+  }
 }
