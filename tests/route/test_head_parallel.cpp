@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dcpp/comm/local.hpp"
+#include "every_rank.hpp"
 #include "head_parallel_check.hpp"
 
 namespace hp = dcpp_test::head_parallel;
@@ -51,21 +52,7 @@ TEST_CASE("cp2hp / hp2cp: bit for bit against the whole tensor, 600 seeded world
 }
 
 namespace {
-//! Runs `body` on `world` ranks and returns the error message each rank saw ("" if none).
-template <class F>
-std::vector<std::string> messages_on_every_rank(int world, F body) {
-  std::mutex m;
-  std::vector<std::string> out(static_cast<std::size_t>(world));
-  dcpp::run_local(world, [&](dcpp::local_communicator& c) {
-    try {
-      body(c);
-    } catch (const dcpp::error& e) {
-      std::lock_guard lock(m);
-      out[static_cast<std::size_t>(c.rank())] = e.what();
-    }
-  });
-  return out;
-}
+using dcpp_test::route::messages_on_every_rank;
 
 dcpp::thd_layout layout_of(std::int32_t cp, std::int32_t rank, std::vector<std::int32_t> padded) {
   dcpp::thd_layout l;

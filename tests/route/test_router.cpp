@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dcpp/comm/local.hpp"
+#include "every_rank.hpp"
 #include "round_trip.hpp"
 
 TEST_CASE("router: conservation and bit-exact round trip, 2400 workloads on 1-8 ranks") {
@@ -21,21 +22,7 @@ TEST_CASE("router: conservation and bit-exact round trip, 2400 workloads on 1-8 
 }
 
 namespace {
-//! Runs `body` on `world` ranks and returns the error message each rank saw ("" if none).
-template <class F>
-std::vector<std::string> messages_on_every_rank(int world, F body) {
-  std::mutex m;
-  std::vector<std::string> out(static_cast<std::size_t>(world));
-  dcpp::run_local(world, [&](dcpp::local_communicator& c) {
-    try {
-      body(c);
-    } catch (const dcpp::error& e) {
-      std::lock_guard lock(m);
-      out[static_cast<std::size_t>(c.rank())] = e.what();
-    }
-  });
-  return out;
-}
+using dcpp_test::route::messages_on_every_rank;
 } // namespace
 
 TEST_CASE("router: a shard with a wrong field size fails on every rank with the same message") {

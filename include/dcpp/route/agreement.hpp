@@ -17,6 +17,16 @@
 namespace dcpp {
 
 namespace detail {
+//! Tokens of rank `rank`'s samples under `origins` (what each field of its shard holds).
+[[nodiscard]] inline std::int64_t shard_tokens_of(const plan& p, const sample_origins& origins,
+                                                  int rank) {
+  std::int64_t t = 0;
+  const auto me = static_cast<std::size_t>(rank);
+  for (auto s = origins.first_sample[me]; s < origins.first_sample[me + 1]; ++s)
+    t += p.lengths[static_cast<std::size_t>(s)];
+  return t;
+}
+
 //! What a router's construction proves collectively (every rank holds a plan for this world,
 //! the same plan and the same sample origins), then this rank's route of every micro-batch.
 template <plan_communicator C>

@@ -204,11 +204,7 @@ public:
   [[nodiscard]] const plan& get_plan() const noexcept { return plan_; }
   //! Tokens of this rank's samples (each field of the shard holds this many values).
   [[nodiscard]] std::int64_t shard_tokens() const {
-    std::int64_t t = 0;
-    const auto me = static_cast<std::size_t>(comm_.rank());
-    for (auto s = origins_.first_sample[me]; s < origins_.first_sample[me + 1]; ++s)
-      t += plan_.lengths[static_cast<std::size_t>(s)];
-    return t;
+    return detail::shard_tokens_of(plan_, origins_, comm_.rank());
   }
 
   //! This rank's THD buffer of micro-batch `mb` from every rank's `shard` (each field: the

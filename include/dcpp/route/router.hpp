@@ -60,11 +60,7 @@ public:
   }
   //! Local samples' tokens (the shard size this rank must pass).
   [[nodiscard]] std::int64_t shard_tokens() const {
-    std::int64_t t = 0;
-    const auto me = static_cast<std::size_t>(comm_.rank());
-    for (auto s = origins_.first_sample[me]; s < origins_.first_sample[me + 1]; ++s)
-      t += plan_.lengths[static_cast<std::size_t>(s)];
-    return t;
+    return detail::shard_tokens_of(plan_, origins_, comm_.rank());
   }
 
   //! Builds this rank's THD buffer of micro-batch `mb` from every rank's shard (collective).
