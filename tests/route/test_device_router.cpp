@@ -50,6 +50,23 @@ void compare(C& comm, std::uint64_t seed) {
     CHECK(got.position_ids == expected.position_ids);
     CHECK(got.is_real == expected.is_real);
     CHECK(got.fields.values == expected.values);
+    // a stage's own fields alone, and the metadata alone
+    const auto last_stage =
+        host.template dispatch_only<dcpp::fields::labels, dcpp::fields::loss_mask>(m, shard);
+    CHECK(last_stage.template get<dcpp::fields::labels>() ==
+          expected.template get<dcpp::fields::labels>());
+    CHECK(last_stage.template get<dcpp::fields::loss_mask>() ==
+          expected.template get<dcpp::fields::loss_mask>());
+    CHECK(last_stage.template get<dcpp::fields::token_ids>().empty());
+    CHECK(last_stage.position_ids == expected.position_ids);
+    const auto first_stage = twin.template dispatch_only<dcpp::fields::token_ids>(m, arrays);
+    CHECK(first_stage.fields.template get<dcpp::fields::token_ids>() ==
+          expected.template get<dcpp::fields::token_ids>());
+    CHECK(first_stage.fields.template get<rt::token_tag>().empty());
+    const auto metadata = twin.layout_only(m);
+    CHECK(metadata.layout == expected.layout);
+    CHECK(metadata.position_ids == expected.position_ids);
+    CHECK(metadata.is_real == expected.is_real);
     // the inverse route of a float per token (its position, a value every slot differs by)
     std::vector<float> out(static_cast<std::size_t>(expected.tokens()));
     for (std::size_t t = 0; t < out.size(); ++t)

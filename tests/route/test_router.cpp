@@ -100,3 +100,31 @@ TEST_CASE("router: a shard that does not match the plan, and combine size errors
   for (const auto& m : combine)
     CHECK(m.starts_with("rank 0: combine: micro-batch 0 buffer holds"));
 }
+
+TEST_CASE("router: a stage routes its own fields from a shard that fills only those") {
+  dcpp::run_local(3, [](dcpp::local_communicator& c) {
+    const auto w = dcpp_test::route::make_workload(23, c.size());
+    const auto full = dcpp_test::route::make_shard(w, c.rank(), 23);
+    dcpp::planner<dcpp::megatron_cost> planner(w.options);
+    auto router = dcpp::plan_step(planner, c, full);
+    auto first_stage = full; // the first stage holds token ids and nothing else
+    first_stage.get<dcpp::fields::labels>().clear();
+    first_stage.get<dcpp::fields::loss_mask>().clear();
+    first_stage.get<dcpp_test::route::token_tag>().clear();
+    first_stage.get<dcpp_test::route::advantage>().clear();
+    for (std::size_t m = 0; m < router.microbatches(); ++m) {
+      const auto expected = router.dispatch(m, full);
+      const auto got = router.dispatch_only<dcpp::fields::token_ids>(m, first_stage);
+      CHECK(got.get<dcpp::fields::token_ids>() == expected.get<dcpp::fields::token_ids>());
+      CHECK(got.get<dcpp::fields::labels>().empty());
+      CHECK(got.layout == expected.layout);
+      CHECK(got.is_real == expected.is_real);
+      const auto metadata = router.layout_only(m);
+      CHECK(metadata.position_ids == expected.position_ids);
+      CHECK(metadata.get<dcpp::fields::token_ids>().empty());
+    }
+    // a field it names but did not fill is still an error, on every rank
+    CHECK_THROWS_WITH_AS((void)router.dispatch_only<dcpp::fields::labels>(0, first_stage),
+                         doctest::Contains("field 'labels' holds 0 values"), dcpp::error);
+  });
+}

@@ -211,15 +211,52 @@ public:
   //! rank's tokens back to back, `shard_tokens()` values). Collective; a field of the wrong size
   //! on any rank fails every rank with its message.
   [[nodiscard]] batch_type dispatch(std::size_t mb, const arrays_type& shard) {
+    return dispatch_only<Fields...>(mb, shard);
+  }
+
+  //! `dispatch` carrying only the fields `Named` (a pipeline stage's own); the others stay
+  //! empty and take no bytes. Every rank names the same fields.
+  template <payload_field... Named>
+  [[nodiscard]] batch_type dispatch_only(std::size_t mb, const arrays_type& shard) {
+    static_assert(((detail::field_index<Named, Fields...> < sizeof...(Fields)) && ...),
+                  "dispatch_only names a field the router does not carry");
     status local = status::success();
     const std::int64_t expected = shard_tokens();
     const auto check = [&](std::string_view name, std::size_t size) {
       if (local.ok())
         local = detail::shard_field_status(name, size, expected);
     };
-    (check(Fields::name, shard.template get<Fields>().size()), ...);
+    (check(Named::name, shard.template get<Named>().size()), ...);
     throw_unless_agreed(comm_, local);
     const uploaded& m = maps(mb);
+    batch_type out = layout_only(mb);
+    const auto n = static_cast<std::size_t>(out.layout.tokens());
+    // per (peer, field) blocks of the named fields, their offsets uploaded for this call
+    const std::size_t sizes[] = {sizeof(typename Named::value_type)...};
+    const field_blocks send_blocks = make_field_blocks(detail::view(m.host.send_tokens), sizes);
+    const field_blocks recv_blocks = make_field_blocks(detail::view(m.host.recv_tokens), sizes);
+    std::vector<Buffer<std::int64_t>> send_offset, recv_offset;
+    for (const auto& o : send_blocks.offset)
+      send_offset.emplace_back(o);
+    for (const auto& o : recv_blocks.offset)
+      recv_offset.emplace_back(o);
+    Buffer<std::byte> send(static_cast<std::size_t>(send_blocks.total));
+    Buffer<std::byte> recv(static_cast<std::size_t>(recv_blocks.total));
+    std::size_t f = 0;
+    (ops_.pack(sizeof(typename Named::value_type), m.send_with(send_offset[f++].data()),
+               shard.template get<Named>().data(), send.data()),
+     ...);
+    comm_.all_to_all_v(
+        std::span<const std::byte>(send.data(), send.size()), detail::view(send_blocks.bytes),
+        std::span<std::byte>(recv.data(), recv.size()), detail::view(recv_blocks.bytes));
+    f = 0;
+    (unpack_field<Named>(m, shard, recv, out, n, recv_offset[f++].data()), ...);
+    return out;
+  }
+
+  //! Micro-batch `mb`'s metadata alone (layout, positions, real-token markers; every field
+  //! empty), worked out on the backend. No communication.
+  [[nodiscard]] batch_type layout_only(std::size_t mb) {
     batch_type out;
     out.layout = routes_.at(mb).layout;
     const std::int64_t tokens = out.layout.tokens();
@@ -233,17 +270,6 @@ public:
                     static_cast<std::int32_t>(out.layout.samples.size()), out.layout.cp,
                     out.layout.rank_in_group, out.position_ids.data(), out.is_real.data());
     }
-    Buffer<std::byte> send(static_cast<std::size_t>(m.send_blocks.total));
-    Buffer<std::byte> recv(static_cast<std::size_t>(m.recv_blocks.total));
-    std::size_t f = 0;
-    (ops_.pack(sizeof(typename Fields::value_type), m.send(f++),
-               shard.template get<Fields>().data(), send.data()),
-     ...);
-    comm_.all_to_all_v(
-        std::span<const std::byte>(send.data(), send.size()), detail::view(m.send_blocks.bytes),
-        std::span<std::byte>(recv.data(), recv.size()), detail::view(m.recv_blocks.bytes));
-    f = 0;
-    (unpack_field<Fields>(m, shard, recv, out, n, f++), ...);
     return out;
   }
 
@@ -282,10 +308,8 @@ private:
   //! A micro-batch's maps on the host, their buffer layouts, and their copies in `Buffer`s.
   struct uploaded {
     route_maps host;
-    field_blocks send_blocks, recv_blocks;
     Buffer<std::int64_t> send_source, send_slot, recv_dest, recv_slot, local_source, local_dest;
     Buffer<std::int32_t> send_peer, recv_peer;
-    std::vector<Buffer<std::int64_t>> send_offset, recv_offset; // per field: per peer
 
     [[nodiscard]] route_ops_maps send_with(const std::int64_t* offset) const {
       return {static_cast<std::int64_t>(host.send_source.size()), send_source.data(),
@@ -295,12 +319,6 @@ private:
       return {static_cast<std::int64_t>(host.recv_dest.size()), recv_dest.data(), recv_peer.data(),
               recv_slot.data(), offset};
     }
-    [[nodiscard]] route_ops_maps send(std::size_t field) const {
-      return send_with(send_offset[field].data());
-    }
-    [[nodiscard]] route_ops_maps recv(std::size_t field) const {
-      return recv_with(recv_offset[field].data());
-    }
   };
 
   const uploaded& maps(std::size_t mb) {
@@ -308,9 +326,6 @@ private:
     if (!slot) {
       uploaded u;
       u.host = make_route_maps(routes_.at(mb));
-      const std::size_t sizes[] = {sizeof(typename Fields::value_type)...};
-      u.send_blocks = make_field_blocks(detail::view(u.host.send_tokens), sizes);
-      u.recv_blocks = make_field_blocks(detail::view(u.host.recv_tokens), sizes);
       u.send_source = Buffer<std::int64_t>(u.host.send_source);
       u.send_slot = Buffer<std::int64_t>(u.host.send_slot);
       u.send_peer = Buffer<std::int32_t>(u.host.send_peer);
@@ -319,10 +334,6 @@ private:
       u.recv_peer = Buffer<std::int32_t>(u.host.recv_peer);
       u.local_source = Buffer<std::int64_t>(u.host.local_source);
       u.local_dest = Buffer<std::int64_t>(u.host.local_dest);
-      for (const auto& o : u.send_blocks.offset)
-        u.send_offset.emplace_back(o);
-      for (const auto& o : u.recv_blocks.offset)
-        u.recv_offset.emplace_back(o);
       slot.emplace(std::move(u));
     }
     return *slot;
@@ -330,13 +341,13 @@ private:
 
   template <class F>
   void unpack_field(const uploaded& m, const arrays_type& shard, const Buffer<std::byte>& recv,
-                    batch_type& out, std::size_t tokens, std::size_t f) {
+                    batch_type& out, std::size_t tokens, const std::int64_t* offset) {
     using T = typename F::value_type;
     auto& values = out.fields.template get<F>();
     values = Buffer<T>(tokens);
     const T padding = static_cast<T>(F::padding);
     ops_.fill(sizeof(T), static_cast<std::int64_t>(tokens), &padding, values.data());
-    ops_.unpack(sizeof(T), m.recv(f), recv.data(), values.data());
+    ops_.unpack(sizeof(T), m.recv_with(offset), recv.data(), values.data());
     ops_.copy(sizeof(T), static_cast<std::int64_t>(m.host.local_source.size()),
               m.local_source.data(), m.local_dest.data(), shard.template get<F>().data(),
               values.data());

@@ -90,26 +90,38 @@ struct token_shard : field_columns<Fields...> {
   }
 
   //! Every length positive and every field holding exactly `tokens()` values.
-  [[nodiscard]] status check() const {
-    for (std::size_t i = 0; i < lengths.size(); ++i)
-      if (lengths[i] < 1)
-        return status::failure(
-            status_code::invalid_length,
-            fmt::format("local sample {} has length {}; lengths must be >= 1", i, lengths[i]),
-            static_cast<std::int64_t>(i));
-    const std::int64_t expected = tokens();
-    status result = status::success();
-    auto check_one = [&](std::string_view name, std::size_t size) {
-      if (result.ok() && static_cast<std::int64_t>(size) != expected)
-        result = status::failure(status_code::invalid_length,
-                                 fmt::format("field '{}' holds {} values, expected {} (the sum of "
-                                             "the {} local sample lengths)",
-                                             name, size, expected, lengths.size()));
-    };
-    (check_one(Fields::name, this->template get<Fields>().size()), ...);
-    return result;
-  }
+  [[nodiscard]] status check() const;
 };
+
+namespace detail {
+//! `token_shard::check` for the fields `Named` only: every length positive, each named field
+//! holding `tokens()` values (what a route that carries those fields needs).
+template <payload_field... Named, class Shard>
+[[nodiscard]] status check_shard_fields(const Shard& shard) {
+  for (std::size_t i = 0; i < shard.lengths.size(); ++i)
+    if (shard.lengths[i] < 1)
+      return status::failure(
+          status_code::invalid_length,
+          fmt::format("local sample {} has length {}; lengths must be >= 1", i, shard.lengths[i]),
+          static_cast<std::int64_t>(i));
+  const std::int64_t expected = shard.tokens();
+  status result = status::success();
+  const auto check_one = [&](std::string_view name, std::size_t size) {
+    if (result.ok() && static_cast<std::int64_t>(size) != expected)
+      result = status::failure(status_code::invalid_length,
+                               fmt::format("field '{}' holds {} values, expected {} (the sum of "
+                                           "the {} local sample lengths)",
+                                           name, size, expected, shard.lengths.size()));
+  };
+  (check_one(Named::name, shard.template get<Named>().size()), ...);
+  return result;
+}
+} // namespace detail
+
+template <payload_field... Fields>
+status token_shard<Fields...>::check() const {
+  return detail::check_shard_fields<Fields...>(*this);
+}
 
 //! Where one micro-batch puts a rank: its CP group and the samples of its packed buffer.
 //! `cu_seqlens` and `cu_seqlens_padded` are over whole samples (int32, as attention kernels take

@@ -66,31 +66,40 @@ public:
   //! Builds this rank's THD buffer of micro-batch `mb` from every rank's shard (collective).
   //! A shard that does not match the plan (lengths, field sizes) fails on every rank at once.
   [[nodiscard]] thd_batch<Fields...> dispatch(std::size_t mb, const token_shard<Fields...>& shard) {
-    throw_unless_agreed(comm_, check_shard(shard));
+    return dispatch_only<Fields...>(mb, shard);
+  }
+
+  //! `dispatch` carrying only the fields `Named` (a pipeline stage's own: the first stage's
+  //! token ids, the last one's labels and loss mask): the others stay empty in the batch and
+  //! take no bytes in the all-to-all. Every rank names the same fields.
+  template <payload_field... Named>
+  [[nodiscard]] thd_batch<Fields...> dispatch_only(std::size_t mb,
+                                                   const token_shard<Fields...>& shard) {
+    static_assert(((detail::field_index<Named, Fields...> < sizeof...(Fields)) && ...),
+                  "dispatch_only names a field the router does not carry");
+    constexpr std::size_t named_bytes = (sizeof(typename Named::value_type) + ... + 0);
+    throw_unless_agreed(comm_, check_shard<Named...>(shard));
     const rank_route& r = routes_.at(mb);
     const auto n = static_cast<std::size_t>(comm_.size());
     const auto me = static_cast<std::size_t>(comm_.rank());
-    thd_batch<Fields...> out;
-    out.layout = r.layout;
-    const std::int64_t tokens = out.layout.tokens();
-    fill_geometry(out);
-    std::apply([&](auto&... v) { (v.resize(static_cast<std::size_t>(tokens)), ...); }, out.values);
-    fill_padding(out, std::index_sequence_for<Fields...>{});
+    thd_batch<Fields...> out = layout_only(mb);
+    const auto tokens = static_cast<std::size_t>(out.layout.tokens());
+    (fill_named<Named>(out, tokens), ...);
 
     std::vector<std::int64_t> send_counts(n, 0), recv_counts(n, 0);
     for (std::size_t d = 0; d < n; ++d)
       if (d != me) {
         for (const auto& s : r.send[d])
-          send_counts[d] += s.count * static_cast<std::int64_t>(token_bytes);
+          send_counts[d] += s.count * static_cast<std::int64_t>(named_bytes);
         for (const auto& s : r.recv[d])
-          recv_counts[d] += s.count * static_cast<std::int64_t>(token_bytes);
+          recv_counts[d] += s.count * static_cast<std::int64_t>(named_bytes);
       }
     std::vector<std::byte> send_buffer(total(send_counts)), recv_buffer(total(recv_counts));
     std::byte* cursor = send_buffer.data();
     for (std::size_t d = 0; d < n; ++d)
       if (d != me)
         for (const auto& s : r.send[d])
-          cursor = pack(shard, s, cursor, std::index_sequence_for<Fields...>{});
+          ((cursor = pack_one(shard.template get<Named>(), s, cursor)), ...);
     comm_.all_to_all_v(
         std::span<const std::byte>(send_buffer), std::span<const std::int64_t>(send_counts),
         std::span<std::byte>(recv_buffer), std::span<const std::int64_t>(recv_counts));
@@ -98,9 +107,21 @@ public:
     for (std::size_t o = 0; o < n; ++o)
       if (o != me)
         for (const auto& s : r.recv[o])
-          in = unpack(out, s, in, std::index_sequence_for<Fields...>{});
+          ((in = unpack_one(out.template get<Named>(), s, in)), ...);
     for (const auto& s : r.send[me]) // tokens already here: copied, never sent
-      copy_local(shard, out, s, std::index_sequence_for<Fields...>{});
+      (copy_values(out.template get<Named>().data() + s.dest_offset,
+                   shard.template get<Named>().data() + s.source_offset, s.count),
+       ...);
+    return out;
+  }
+
+  //! Micro-batch `mb`'s metadata alone, for a stage that carries no token data: the layout
+  //! (`cu_seqlens`, the group), positions and real-token markers; every field empty. Local: no
+  //! communication.
+  [[nodiscard]] thd_batch<Fields...> layout_only(std::size_t mb) const {
+    thd_batch<Fields...> out;
+    out.layout = routes_.at(mb).layout;
+    fill_geometry(out);
     return out;
   }
 
@@ -167,8 +188,11 @@ private:
     return static_cast<std::size_t>(t);
   }
 
+  //! The shard matches the plan: its lengths, and the fields `Named` sized to them (a stage's
+  //! shard need not fill the fields it does not send).
+  template <payload_field... Named>
   status check_shard(const token_shard<Fields...>& shard) const {
-    if (status s = shard.check(); !s)
+    if (status s = detail::check_shard_fields<Named...>(shard); !s)
       return s;
     const auto me = static_cast<std::size_t>(comm_.rank());
     const std::int64_t first = origins_.first_sample[me];
@@ -206,31 +230,19 @@ private:
     }
   }
 
-  template <std::size_t... I>
-  static void fill_padding(thd_batch<Fields...>& out, std::index_sequence<I...>) {
-    (std::fill(std::get<I>(out.values).begin(), std::get<I>(out.values).end(),
-               static_cast<typename Fields::value_type>(Fields::padding)),
-     ...);
+  //! Field F sized to the buffer and filled with its padding value.
+  template <class F>
+  static void fill_named(thd_batch<Fields...>& out, std::size_t tokens) {
+    auto& values = out.template get<F>();
+    values.assign(tokens, static_cast<typename F::value_type>(F::padding));
   }
 
   // A segment travels field by field: [field 0 values][field 1 values]...
-  template <std::size_t... I>
-  static std::byte* pack(const token_shard<Fields...>& shard, const route_segment& s,
-                         std::byte* cursor, std::index_sequence<I...>) {
-    ((cursor = pack_one(std::get<I>(shard.values), s, cursor)), ...);
-    return cursor;
-  }
   template <class V>
   static std::byte* pack_one(const V& values, const route_segment& s, std::byte* cursor) {
     const std::size_t bytes = static_cast<std::size_t>(s.count) * sizeof(typename V::value_type);
     std::memcpy(cursor, values.data() + s.source_offset, bytes);
     return cursor + bytes;
-  }
-  template <std::size_t... I>
-  static const std::byte* unpack(thd_batch<Fields...>& out, const route_segment& s,
-                                 const std::byte* cursor, std::index_sequence<I...>) {
-    ((cursor = unpack_one(std::get<I>(out.values), s, cursor)), ...);
-    return cursor;
   }
   template <class V>
   static const std::byte* unpack_one(V& values, const route_segment& s, const std::byte* cursor) {
@@ -238,14 +250,6 @@ private:
     std::memcpy(values.data() + s.dest_offset, cursor, bytes);
     return cursor + bytes;
   }
-  template <std::size_t... I>
-  static void copy_local(const token_shard<Fields...>& shard, thd_batch<Fields...>& out,
-                         const route_segment& s, std::index_sequence<I...>) {
-    (copy_values(std::get<I>(out.values).data() + s.dest_offset,
-                 std::get<I>(shard.values).data() + s.source_offset, s.count),
-     ...);
-  }
-
   C comm_;
   plan plan_;
   sample_origins origins_;
