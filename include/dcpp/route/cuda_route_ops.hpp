@@ -31,7 +31,7 @@ struct cuda_route_ops {
                 std::int32_t samples, std::int32_t cp, std::int32_t rank, std::int64_t* positions,
                 std::uint8_t* real);
   [[nodiscard]] static constexpr bool movable(std::size_t bytes) noexcept {
-    return bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8 || bytes == 16;
+    return route_movable(bytes);
   }
 };
 

@@ -4,7 +4,6 @@
 // `Buffer` is the backend's array type, as for `device_router`.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -17,16 +16,6 @@
 namespace dcpp {
 
 namespace detail {
-//! Row maps of one exchange direction (row starts in values): `from` in the source buffer,
-//! `to` in the destination buffer.
-struct row_maps {
-  std::vector<std::int64_t> from, to;
-  void add(std::int64_t f, std::int64_t t) {
-    from.push_back(f);
-    to.push_back(t);
-  }
-};
-
 //! The group's communicator for a device exchange, after the checks every member agrees on.
 template <communicator C>
 C device_exchange_group(C& comm, const char* call, const thd_layout& l, head_shape shape,
@@ -41,6 +30,20 @@ template <template <class> class Buffer, class Ops, class T>
 void copy_whole(Ops& ops, const T* in, T* out, std::size_t n) {
   const Buffer<std::int64_t> zero(std::vector<std::int64_t>{0});
   ops.copy_rows(sizeof(T), 1, static_cast<std::int64_t>(n), zero.data(), zero.data(), in, out);
+}
+//! The exchange of `x` on the backend: pack, one all-to-all-v on `group`, unpack.
+template <template <class> class Buffer, class Ops, class T, class C>
+void exchange_rows_on(Ops& ops, C& group, const head_exchange_rows& x, const T* in, T* out) {
+  const Buffer<std::int64_t> pack_from(x.pack_from), pack_to(x.pack_to);
+  const Buffer<std::int64_t> unpack_from(x.unpack_from), unpack_to(x.unpack_to);
+  Buffer<T> send(x.total(x.send_counts));
+  Buffer<T> recv(x.total(x.recv_counts));
+  ops.copy_rows(sizeof(T), x.rows_packed(), x.part, pack_from.data(), pack_to.data(), in,
+                send.data());
+  group.all_to_all_v(std::span<const T>(send.data(), send.size()), view(x.send_counts),
+                     std::span<T>(recv.data(), recv.size()), view(x.recv_counts));
+  ops.copy_rows(sizeof(T), x.rows_unpacked(), x.part, unpack_from.data(), unpack_to.data(),
+                recv.data(), out);
 }
 } // namespace detail
 
@@ -59,32 +62,8 @@ void cp2hp(Ops& ops, C& comm, const thd_layout& layout, head_shape shape, std::s
   }
   C group = detail::device_exchange_group(comm, "cp2hp", layout, shape, in.size(), out.size(),
                                           status::success());
-  const head_split split{shape.heads, layout.cp};
-  const std::int32_t cp = layout.cp;
-  const std::int64_t tokens = layout.tokens();
-  const std::int64_t row = std::int64_t{shape.heads} * shape.head_dim;
-  const std::int64_t part = std::int64_t{split.count()} * shape.head_dim;
-  detail::row_maps pack, unpack;
-  for (std::int32_t q = 0; q < cp; ++q)
-    for (std::int64_t t = 0; t < tokens; ++t)
-      pack.add(t * row + split.first(q) * shape.head_dim, (q * tokens + t) * part);
-  std::int64_t at = 0;
-  for (std::int32_t r = 0; r < cp; ++r)
-    detail::for_each_zigzag_token(layout, r, [&](std::int64_t position, std::int64_t) {
-      unpack.add(at, position * part);
-      at += part;
-    });
-  const Buffer<std::int64_t> pack_from(pack.from), pack_to(pack.to);
-  const Buffer<std::int64_t> unpack_from(unpack.from), unpack_to(unpack.to);
-  Buffer<T> send(static_cast<std::size_t>(tokens * part * cp));
-  Buffer<T> recv(send.size());
-  const auto rows = static_cast<std::int64_t>(pack.from.size());
-  ops.copy_rows(sizeof(T), rows, part, pack_from.data(), pack_to.data(), in.data(), send.data());
-  const std::vector<std::int64_t> counts(static_cast<std::size_t>(cp), tokens * part);
-  group.all_to_all_v(std::span<const T>(send.data(), send.size()), detail::view(counts),
-                     std::span<T>(recv.data(), recv.size()), detail::view(counts));
-  ops.copy_rows(sizeof(T), rows, part, unpack_from.data(), unpack_to.data(), recv.data(),
-                out.data());
+  detail::exchange_rows_on<Buffer>(ops, group, detail::cp2hp_rows(layout, shape), in.data(),
+                                   out.data());
 }
 
 //! `hp2cp` (head_parallel.hpp) on an operations backend. A head several ranks hold comes from
@@ -110,42 +89,8 @@ void hp2cp(Ops& ops, C& comm, const thd_layout& layout, head_shape shape, std::s
   }
   C group =
       detail::device_exchange_group(comm, "hp2cp", layout, shape, out.size(), in.size(), merging);
-  const head_split split{shape.heads, layout.cp};
-  const std::int32_t cp = layout.cp;
-  const std::int32_t me = layout.rank_in_group;
-  const std::int64_t tokens = layout.tokens();
-  const std::int64_t row = std::int64_t{shape.heads} * shape.head_dim;
-  const std::int64_t part = std::int64_t{split.count()} * shape.head_dim;
-  const std::int64_t mine = split.first_holder(me) ? tokens * part : 0;
-  std::vector<std::int64_t> send_counts(static_cast<std::size_t>(cp), mine);
-  std::vector<std::int64_t> recv_counts(static_cast<std::size_t>(cp));
-  detail::row_maps pack, unpack;
-  if (mine > 0) {
-    std::int64_t at = 0;
-    for (std::int32_t r = 0; r < cp; ++r)
-      detail::for_each_zigzag_token(layout, r, [&](std::int64_t position, std::int64_t) {
-        pack.add(position * part, at);
-        at += part;
-      });
-  }
-  std::int64_t at = 0;
-  for (std::int32_t q = 0; q < cp; ++q) {
-    if (!split.first_holder(q))
-      continue;
-    recv_counts[static_cast<std::size_t>(q)] = tokens * part;
-    for (std::int64_t t = 0; t < tokens; ++t, at += part)
-      unpack.add(at, t * row + split.first(q) * shape.head_dim);
-  }
-  const Buffer<std::int64_t> pack_from(pack.from), pack_to(pack.to);
-  const Buffer<std::int64_t> unpack_from(unpack.from), unpack_to(unpack.to);
-  Buffer<T> send(static_cast<std::size_t>(mine * cp));
-  Buffer<T> recv(static_cast<std::size_t>(at));
-  ops.copy_rows(sizeof(T), static_cast<std::int64_t>(pack.from.size()), part, pack_from.data(),
-                pack_to.data(), in.data(), send.data());
-  group.all_to_all_v(std::span<const T>(send.data(), send.size()), detail::view(send_counts),
-                     std::span<T>(recv.data(), recv.size()), detail::view(recv_counts));
-  ops.copy_rows(sizeof(T), static_cast<std::int64_t>(unpack.from.size()), part, unpack_from.data(),
-                unpack_to.data(), recv.data(), out.data());
+  detail::exchange_rows_on<Buffer>(ops, group, detail::hp2cp_rows(layout, shape, false), in.data(),
+                                   out.data());
 }
 
 } // namespace dcpp

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dcpp/comm/communicator.hpp"
+#include "dcpp/core/math.hpp"
 #include "dcpp/error.hpp"
 #include "dcpp/route/agreement.hpp"
 #include "dcpp/route/fields.hpp"
@@ -92,8 +93,7 @@ struct field_blocks {
     for (std::size_t f = 0; f < value_sizes.size(); ++f) {
       b.offset[f][p] = b.total;
       const std::int64_t used = tokens[p] * static_cast<std::int64_t>(value_sizes[f]);
-      const std::int64_t padded =
-          (used + route_block_alignment - 1) / route_block_alignment * route_block_alignment;
+      const std::int64_t padded = round_up(used, route_block_alignment);
       b.bytes[p] += padded;
       b.total += padded;
     }

@@ -162,6 +162,101 @@ void for_each_zigzag_token(const thd_layout& l, std::int32_t r, F&& f) {
   }
 }
 
+//! The geometry of one exchange, shared by the host and the device paths: rows of `part`
+//! values (one token's heads of one rank) copied from the source buffer into the send buffer
+//! (`pack`) and from the receive buffer into the destination buffer (`unpack`), row starts in
+//! values; values sent to and received from each group rank.
+struct head_exchange_rows {
+  std::int64_t part = 0;
+  std::vector<std::int64_t> pack_from, pack_to, unpack_from, unpack_to;
+  std::vector<std::int64_t> send_counts, recv_counts;
+
+  [[nodiscard]] std::int64_t rows_packed() const noexcept {
+    return static_cast<std::int64_t>(pack_from.size());
+  }
+  [[nodiscard]] std::int64_t rows_unpacked() const noexcept {
+    return static_cast<std::int64_t>(unpack_from.size());
+  }
+  [[nodiscard]] static std::size_t total(const std::vector<std::int64_t>& counts) {
+    std::int64_t t = 0;
+    for (const std::int64_t c : counts)
+      t += c;
+    return static_cast<std::size_t>(t);
+  }
+};
+
+//! cp2hp's rows: to each group rank q every local token's heads of q, in buffer order; from each
+//! group rank r its tokens in r's buffer order, placed at their sequence positions.
+[[nodiscard]] inline head_exchange_rows cp2hp_rows(const thd_layout& l, head_shape shape) {
+  const head_split split{shape.heads, l.cp};
+  const std::int64_t tokens = l.tokens();
+  const std::int64_t row = std::int64_t{shape.heads} * shape.head_dim;
+  head_exchange_rows x;
+  x.part = std::int64_t{split.count()} * shape.head_dim;
+  x.send_counts.assign(static_cast<std::size_t>(l.cp), tokens * x.part);
+  x.recv_counts = x.send_counts;
+  for (std::int32_t q = 0; q < l.cp; ++q)
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      x.pack_from.push_back(t * row + split.first(q) * shape.head_dim);
+      x.pack_to.push_back((q * tokens + t) * x.part);
+    }
+  std::int64_t at = 0;
+  for (std::int32_t r = 0; r < l.cp; ++r)
+    for_each_zigzag_token(l, r, [&](std::int64_t position, std::int64_t) {
+      x.unpack_from.push_back(at);
+      x.unpack_to.push_back(position * x.part);
+      at += x.part;
+    });
+  return x;
+}
+
+//! hp2cp's rows: to each group rank r the rows of r's tokens in r's buffer order (every rank
+//! holds as many tokens: the same sequences, 2 chunks of padded / 2cp each), sent by the lowest
+//! holder of each head only unless `every_holder` (summing replicas); from each sending rank q
+//! its heads of every local token.
+[[nodiscard]] inline head_exchange_rows hp2cp_rows(const thd_layout& l, head_shape shape,
+                                                   bool every_holder) {
+  const head_split split{shape.heads, l.cp};
+  const std::int64_t tokens = l.tokens();
+  const std::int64_t row = std::int64_t{shape.heads} * shape.head_dim;
+  const auto sends = [&](std::int32_t holder) {
+    return every_holder || split.first_holder(holder);
+  };
+  head_exchange_rows x;
+  x.part = std::int64_t{split.count()} * shape.head_dim;
+  const std::int64_t mine = sends(l.rank_in_group) ? tokens * x.part : 0;
+  x.send_counts.assign(static_cast<std::size_t>(l.cp), mine);
+  x.recv_counts.assign(static_cast<std::size_t>(l.cp), 0);
+  if (mine > 0) {
+    std::int64_t at = 0;
+    for (std::int32_t r = 0; r < l.cp; ++r)
+      for_each_zigzag_token(l, r, [&](std::int64_t position, std::int64_t) {
+        x.pack_from.push_back(position * x.part);
+        x.pack_to.push_back(at);
+        at += x.part;
+      });
+  }
+  std::int64_t at = 0;
+  for (std::int32_t q = 0; q < l.cp; ++q) {
+    if (!sends(q))
+      continue;
+    x.recv_counts[static_cast<std::size_t>(q)] = tokens * x.part;
+    for (std::int64_t t = 0; t < tokens; ++t, at += x.part) {
+      x.unpack_from.push_back(at);
+      x.unpack_to.push_back(t * row + split.first(q) * shape.head_dim);
+    }
+  }
+  return x;
+}
+
+//! Copies row k (`part` values) from `from[k]` in `source` to `to[k]` in `dest`, for every row.
+template <class T>
+void copy_rows_host(std::int64_t part, const std::vector<std::int64_t>& from,
+                    const std::vector<std::int64_t>& to, const T* source, T* dest) {
+  for (std::size_t k = 0; k < from.size(); ++k)
+    std::memcpy(dest + to[k], source + from[k], static_cast<std::size_t>(part) * sizeof(T));
+}
+
 } // namespace detail
 
 //! cp2hp: from this rank's zigzag buffer `in` (`cp_elements`: its tokens of every sample of
@@ -185,32 +280,11 @@ requires(C::buffer_memory == memory_space::host) void cp2hp(C& comm, const thd_l
   C group = comm.group_for(layout.first_rank, layout.cp);
   detail::agree_on_exchange(group, "cp2hp", layout, shape, in.size(), out.size(),
                             status::success());
-  const head_split split{shape.heads, layout.cp};
-  const std::int32_t cp = layout.cp;
-  const std::int64_t tokens = layout.tokens();
-  const auto row = static_cast<std::size_t>(std::int64_t{shape.heads} * shape.head_dim);
-  const auto part = static_cast<std::size_t>(std::int64_t{split.count()} * shape.head_dim);
-  // to each group rank q: every local token's heads of q, in buffer order
-  std::vector<T> send(static_cast<std::size_t>(tokens) * part * static_cast<std::size_t>(cp));
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(cp),
-                                   tokens * static_cast<std::int64_t>(part));
-  std::size_t at = 0;
-  for (std::int32_t q = 0; q < cp; ++q) {
-    const auto offset = static_cast<std::size_t>(split.first(q) * shape.head_dim);
-    for (std::int64_t t = 0; t < tokens; ++t, at += part)
-      std::memcpy(send.data() + at, in.data() + static_cast<std::size_t>(t) * row + offset,
-                  part * sizeof(T));
-  }
-  std::vector<T> recv(send.size());
-  group.all_to_all_v(std::span<const T>(send), counts, std::span<T>(recv), counts);
-  // from each group rank r: its tokens in its buffer order, placed at their sequence positions
-  at = 0;
-  for (std::int32_t r = 0; r < cp; ++r)
-    detail::for_each_zigzag_token(layout, r, [&](std::int64_t position, std::int64_t) {
-      std::memcpy(out.data() + static_cast<std::size_t>(position) * part, recv.data() + at,
-                  part * sizeof(T));
-      at += part;
-    });
+  const detail::head_exchange_rows x = detail::cp2hp_rows(layout, shape);
+  std::vector<T> send(x.total(x.send_counts)), recv(x.total(x.recv_counts));
+  detail::copy_rows_host(x.part, x.pack_from, x.pack_to, in.data(), send.data());
+  group.all_to_all_v(std::span<const T>(send), x.send_counts, std::span<T>(recv), x.recv_counts);
+  detail::copy_rows_host(x.part, x.unpack_from, x.unpack_to, recv.data(), out.data());
 }
 
 //! hp2cp: the inverse of `cp2hp`, from the head-parallel buffer `in` back to the zigzag buffer
@@ -237,54 +311,22 @@ requires(C::buffer_memory ==
   }
   C group = comm.group_for(layout.first_rank, layout.cp);
   detail::agree_on_exchange(group, "hp2cp", layout, shape, out.size(), in.size(), element_type);
-  const head_split split{shape.heads, layout.cp};
-  const std::int32_t cp = layout.cp;
-  const std::int32_t me = layout.rank_in_group;
-  const std::int64_t tokens = layout.tokens();
-  const auto row = static_cast<std::size_t>(std::int64_t{shape.heads} * shape.head_dim);
-  const auto part = static_cast<std::size_t>(std::int64_t{split.count()} * shape.head_dim);
-  const bool summing = merge == replica_merge::sum && split.replicas() > 1;
-  const auto sends = [&](std::int32_t holder) { return summing || split.first_holder(holder); };
-  // to each group rank r: the rows of r's tokens, in r's buffer order (every rank holds as many
-  // tokens: the same sequences, 2 chunks of padded / 2cp each)
-  const std::int64_t mine = sends(me) ? tokens * static_cast<std::int64_t>(part) : 0;
-  std::vector<std::int64_t> send_counts(static_cast<std::size_t>(cp), mine);
-  std::vector<std::int64_t> recv_counts(static_cast<std::size_t>(cp));
-  for (std::int32_t q = 0; q < cp; ++q)
-    recv_counts[static_cast<std::size_t>(q)] =
-        sends(q) ? tokens * static_cast<std::int64_t>(part) : 0;
-  std::vector<T> send(static_cast<std::size_t>(mine) * static_cast<std::size_t>(cp));
-  if (mine > 0) {
-    std::size_t at = 0;
-    for (std::int32_t r = 0; r < cp; ++r)
-      detail::for_each_zigzag_token(layout, r, [&](std::int64_t position, std::int64_t) {
-        std::memcpy(send.data() + at, in.data() + static_cast<std::size_t>(position) * part,
-                    part * sizeof(T));
-        at += part;
-      });
+  const bool summing =
+      merge == replica_merge::sum && head_split{shape.heads, layout.cp}.replicas() > 1;
+  const detail::head_exchange_rows x = detail::hp2cp_rows(layout, shape, summing);
+  std::vector<T> send(x.total(x.send_counts)), recv(x.total(x.recv_counts));
+  detail::copy_rows_host(x.part, x.pack_from, x.pack_to, in.data(), send.data());
+  group.all_to_all_v(std::span<const T>(send), x.send_counts, std::span<T>(recv), x.recv_counts);
+  if (!summing) {
+    detail::copy_rows_host(x.part, x.unpack_from, x.unpack_to, recv.data(), out.data());
+    return;
   }
-  std::size_t received = 0;
-  for (const std::int64_t c : recv_counts)
-    received += static_cast<std::size_t>(c);
-  std::vector<T> recv(received);
-  group.all_to_all_v(std::span<const T>(send), send_counts, std::span<T>(recv), recv_counts);
-  if (summing)
+  if constexpr (std::is_arithmetic_v<T>) { // refused above otherwise
     std::fill(out.begin(), out.end(), T{});
-  std::size_t at = 0;
-  for (std::int32_t q = 0; q < cp; ++q) {
-    if (!sends(q))
-      continue;
-    const auto offset = static_cast<std::size_t>(split.first(q) * shape.head_dim);
-    for (std::int64_t t = 0; t < tokens; ++t, at += part) {
-      T* to = out.data() + static_cast<std::size_t>(t) * row + offset;
-      if (summing) {
-        if constexpr (std::is_arithmetic_v<T>)
-          for (std::size_t e = 0; e < part; ++e)
-            to[e] += recv[at + e];
-      } else {
-        std::memcpy(to, recv.data() + at, part * sizeof(T));
-      }
-    }
+    for (std::size_t k = 0; k < x.unpack_from.size(); ++k) // in group-rank order
+      for (std::int64_t e = 0; e < x.part; ++e)
+        out[static_cast<std::size_t>(x.unpack_to[k] + e)] +=
+            recv[static_cast<std::size_t>(x.unpack_from[k] + e)];
   }
 }
 

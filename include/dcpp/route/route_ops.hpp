@@ -177,7 +177,7 @@ struct thrust_route_ops {
 
   //! Whether values of `bytes` bytes can move (1, 2, 4, 8 or 16).
   [[nodiscard]] static constexpr bool movable(std::size_t bytes) noexcept {
-    return bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8 || bytes == 16;
+    return route_movable(bytes);
   }
 
 private:

@@ -2,6 +2,7 @@
 // device-safe: plain pointers into the backend's memory).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace dcpp {
@@ -16,5 +17,11 @@ struct route_ops_maps {
   const std::int64_t* slot = nullptr;
   const std::int64_t* offset = nullptr;
 };
+
+//! Whether an operations backend moves values of `bytes` bytes: it moves them as words of 1, 2,
+//! 4, 8 or 16 bytes.
+[[nodiscard]] constexpr bool route_movable(std::size_t bytes) noexcept {
+  return bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8 || bytes == 16;
+}
 
 } // namespace dcpp

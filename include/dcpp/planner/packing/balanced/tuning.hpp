@@ -56,7 +56,6 @@ struct balanced_tuning {
   //! Third variant: a sample costing more than this share of its round's level joins no group
   //! (two heavy samples stacked make one group as slow as both); 0 drops the variant.
   double heavy_share = 0.4;
-  //! A round ends early only after this many misses in a row (a full scan is cheap before)...
   //! Where the levelled rounds must be raised to the micro-batch multiple and their groups hold
   //! at least this many samples each on average, rounds are halved inside their groups
   //! (`halve_to_multiple`: every rank keeps working); with fewer, they are split by groups
@@ -65,6 +64,7 @@ struct balanced_tuning {
   //! planning 0.55 s -> 0.03 s; 83 samples on 96 ranks at a multiple of 3 (~1 per group):
   //! halving there would be 41% slower.
   double halve_samples_per_group = 4;
+  //! A round ends early only after this many misses in a row (a full scan is cheap before)...
   std::int32_t early_end_misses = 256;
   //! ...that are at least 1/this of the samples left, and is checked again after 1/this more.
   std::int32_t early_end_fraction = 8;
