@@ -1,15 +1,16 @@
 // cpu_trainer: a small but real model trained with dynamic context parallelism on CPUs under
 // MPI (`mpirun -np 4 cpu_trainer`). Every step: each rank's data shard -> gather lengths, plan,
 // route (plan_step) -> per micro-batch, on the rank's CP group: token embedding, the varlen
-// causal conv1d (CP halo), causal self-attention through the ring attention kernels, an MLP, an
-// output projection, cross-entropy with the loss-token reduction -> backward through all of it
-// -> all-reduce of the gradients -> SGD with momentum. fp32 throughout; the kernels run through
-// the host launcher. The task: after two random tokens, each token is the one two places back
-// plus 3 (modulo the vocabulary), so the next token is predictable from context (the conv's
-// reach, or attention) but not from the current token alone; the loss falls from ln 16 = 2.77
-// as the model learns it. The same run on one rank gives the same losses and
-// weights up to fp32 summation order: that is the proof that dynamic CP changes nothing but
-// speed (tests/examples/test_cpu_trainer.cpp).
+// causal conv1d (CP halo), causal self-attention through the ring attention kernels, an MLP, a
+// head-parallel layer (a linear recurrence per head over whole sequences, between cp2hp and
+// hp2cp), an output projection, cross-entropy with the loss-token reduction -> backward through
+// all of it -> all-reduce of the gradients -> SGD with momentum. fp32 throughout; the kernels
+// run through the host launcher. The task: after two random tokens, each token is the one two
+// places back plus 3 (modulo the vocabulary), so the next token is predictable from context (the
+// conv's reach, or attention) but not from the current token alone; the loss falls from ln 16
+// = 2.77 as the model learns it. The same run on one rank gives the same losses and weights up to
+// fp32 summation order: that is the proof that dynamic CP changes nothing but speed
+// (tests/examples/test_cpu_trainer.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,9 +26,12 @@
 #include <dcpp/dcpp.hpp>
 #include <dcpp/io/guarded_main.hpp>
 #include <dcpp/loss/token_mean.hpp>
+#include <dcpp/route/head_parallel.hpp>
 #include <dcpp/route/router.hpp>
+#include <dcpp/simt/host_launcher.hpp>
 
 #include "trainer/common.hpp" // model shape, parameters, data, command line, report
+#include "trainer/layers.hpp" // the head-parallel layer's recurrence (shared with gpu_trainer)
 
 namespace {
 
@@ -68,15 +72,27 @@ void matmul_dw(const float* x, const float* dy, float* dw, std::int64_t n, int k
     }
 }
 
+//! A 1-D launch of `n` threads through the host launcher.
+template <class Body>
+void host_launch_1d(std::int64_t n, Body&& body) {
+  if (n <= 0)
+    return;
+  constexpr unsigned block = 128;
+  dcpp::simt::host_launch(
+      {{static_cast<unsigned>((n + block - 1) / block), 1, 1}, {block, 1, 1}, 0},
+      std::forward<Body>(body));
+}
+
 struct step_result {
   double loss_sum = 0, loss_count = 0;
 };
 
 //! Forward and backward of one micro-batch on this rank's buffer; adds the parameter gradients
-//! (for a loss normalised by `scale` = 1 / global loss tokens) to `grad`.
+//! (for a loss normalised by `scale` = 1 / global loss tokens) to `grad`. `group` is the
+//! micro-batch's CP group, `world` the communicator its layout's ranks refer to.
 template <class Batch>
-step_result run_microbatch(dcpp::mpi_communicator& group, const Batch& batch, const parameters& p,
-                           parameters& grad, float scale) {
+step_result run_microbatch(dcpp::mpi_communicator& world, dcpp::mpi_communicator& group,
+                           const Batch& batch, const parameters& p, parameters& grad, float scale) {
   const auto& layout = batch.layout;
   const std::int64_t n = batch.tokens();
   const auto N = static_cast<std::size_t>(n);
@@ -121,9 +137,28 @@ step_result run_microbatch(dcpp::mpi_communicator& group, const Batch& batch, co
   matmul(h.data(), p(p.w2), x3.data(), n, hidden, dim);
   for (std::size_t i = 0; i < N * dim; ++i)
     x3[i] += x2[i];
+  // [head-parallel]
+  // the head-parallel layer: whole sequences with a share of the heads (cp2hp), the recurrence
+  // per head, back to the zigzag chunks (hp2cp); x4 = x3 + its output
+  const dcpp::head_shape heads{scan_heads, scan_head_dim};
+  const dcpp::head_split split{scan_heads, layout.cp};
+  const auto H = static_cast<std::size_t>(dcpp::hp_elements(layout, heads));
+  std::vector<float> x3_hp(H), s_hp(H), y_hp(H), y(N * dim), x4(N * dim);
+  dcpp::cp2hp(world, layout, heads, std::span<const float>(x3), std::span<float>(x3_hp));
+  kernels::scan_params sp;
+  sp.x = x3_hp.data(), sp.s = s_hp.data(), sp.y = y_hp.data(), sp.gate = p(p.gate);
+  sp.cu_padded = layout.cu_seqlens_padded.data(), sp.cu_real = layout.cu_seqlens.data();
+  sp.sequences = static_cast<int>(layout.samples.size()), sp.heads_here = split.count();
+  sp.first_head = split.first(layout.rank_in_group), sp.head_dim = scan_head_dim;
+  const std::int64_t scan_threads = std::int64_t{sp.sequences} * sp.heads_here * scan_head_dim;
+  host_launch_1d(scan_threads, [&sp](auto& ctx) { kernels::scan_forward_body(ctx, sp); });
+  dcpp::hp2cp(world, layout, heads, std::span<const float>(y_hp), std::span<float>(y));
+  for (std::size_t i = 0; i < N * dim; ++i)
+    x4[i] = x3[i] + y[i];
+  // [head-parallel]
   // output projection and cross-entropy
   std::vector<float> logits(N * vocab), token_loss(N, 0.0f), dlogits(N * vocab, 0.0f);
-  matmul(x3.data(), p(p.out), logits.data(), n, dim, vocab);
+  matmul(x4.data(), p(p.out), logits.data(), n, dim, vocab);
   for (std::size_t i = 0; i < N; ++i) {
     if (mask[i] == 0)
       continue;
@@ -162,9 +197,27 @@ step_result run_microbatch(dcpp::mpi_communicator& group, const Batch& batch, co
   }
 
   // ---- backward ----
-  std::vector<float> dx3(N * dim, 0.0f), dh(N * hidden, 0.0f), dx2(N * dim, 0.0f);
-  matmul_dw(x3.data(), dlogits.data(), grad(grad.out), n, dim, vocab);
-  matmul_dx(dlogits.data(), p(p.out), dx3.data(), n, dim, vocab);
+  std::vector<float> dx4(N * dim, 0.0f), dh(N * hidden, 0.0f), dx2(N * dim, 0.0f);
+  matmul_dw(x4.data(), dlogits.data(), grad(grad.out), n, dim, vocab);
+  matmul_dx(dlogits.data(), p(p.out), dx4.data(), n, dim, vocab);
+  // [head-parallel-backward]
+  // the head-parallel layer backward: the output's gradient to whole sequences per head (cp2hp),
+  // the recurrence reversed, back (hp2cp; a head several ranks hold was computed alike by each,
+  // so the first holder's is taken, and only it adds the gate's gradient); dx3 = dx4 + that
+  std::vector<float> dy_hp(H), dx_hp(H), dscan(N * dim), dx3(N * dim);
+  std::vector<float> partial(static_cast<std::size_t>(scan_threads));
+  dcpp::cp2hp(world, layout, heads, std::span<const float>(dx4), std::span<float>(dy_hp));
+  sp.dy = dy_hp.data(), sp.dx = dx_hp.data(), sp.dgate_partial = partial.data();
+  host_launch_1d(scan_threads, [&sp](auto& ctx) { kernels::scan_backward_body(ctx, sp); });
+  if (split.first_holder(layout.rank_in_group))
+    host_launch_1d(sp.heads_here, [&](auto& ctx) {
+      kernels::scan_gate_grad_body(ctx, partial.data(), grad(grad.gate), sp.sequences,
+                                   sp.heads_here, sp.first_head, scan_head_dim);
+    });
+  dcpp::hp2cp(world, layout, heads, std::span<const float>(dx_hp), std::span<float>(dscan));
+  for (std::size_t i = 0; i < N * dim; ++i)
+    dx3[i] = dx4[i] + dscan[i];
+  // [head-parallel-backward]
   matmul_dw(h.data(), dx3.data(), grad(grad.w2), n, hidden, dim);
   matmul_dx(dx3.data(), p(p.w2), dh.data(), n, hidden, dim);
   for (std::size_t i = 0; i < dh.size(); ++i)
@@ -234,7 +287,7 @@ int main(int argc, char** argv) {
           if (batch.layout.idle())
             continue;
           auto group = router.group(mb);
-          run_microbatch(group, batch, params, grad, 1.0f);
+          run_microbatch(world, group, batch, params, grad, 1.0f);
         }
       });
       // [calibrate]
@@ -268,7 +321,7 @@ int main(int argc, char** argv) {
         if (batch.layout.idle())
           continue;
         auto group = router.group(mb);
-        const auto r = run_microbatch(group, batch, params, grad, scale);
+        const auto r = run_microbatch(world, group, batch, params, grad, scale);
         loss_sum += r.loss_sum, loss_count += r.loss_count;
         tokens += batch.tokens();
       }

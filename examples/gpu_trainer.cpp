@@ -4,7 +4,8 @@
 // once and routed on the device (device_router: Thrust's CUDA policy and one NCCL all-to-all per
 // micro-batch) -> per micro-batch, on the CP group's NCCL communicator: token embedding, the varlen
 // causal conv1d with the CP halo exchanged by NCCL, causal self-attention through the device ring
-// (K/V over NCCL, compute and transfers on two streams), an MLP, an output projection,
+// (K/V over NCCL, compute and transfers on two streams), an MLP, the head-parallel layer (cp2hp
+// and hp2cp on the device over NCCL around a recurrence per head), an output projection,
 // cross-entropy and the loss-token reduction -> the backward through all of it -> NCCL all-reduce
 // of the gradients -> SGD with momentum on the device. Same model, data, flags, progress line and
 // JSON log as cpu_trainer (examples/trainer/ common.hpp), so the two logs can be compared. fp32.
@@ -32,6 +33,7 @@
 #include <dcpp/kernels/loss/token_reduce_launch.hpp>
 #include <dcpp/loss/token_mean.hpp>
 #include <dcpp/route/cuda_route_ops.hpp>
+#include <dcpp/route/device_head_parallel.hpp>
 #include <dcpp/route/device_router.hpp>
 #include <dcpp/route/router.hpp>
 
@@ -73,11 +75,12 @@ struct device_model {
 
 //! Activations and work space of one micro-batch, grown as needed.
 struct workspace {
-  device_array<std::int32_t> ids, labels, local_cu, begin, embed_keys;
+  device_array<std::int32_t> ids, labels, local_cu, begin, embed_keys, cu_padded, cu_real;
   device_array<std::uint8_t> mask, real;
   device_array<std::int64_t> position, length, halo_index, embed_offsets, embed_sources;
   device_array<float> x0, c, x1, q, k, v, o, lse, x2, u, h, x3, logits, loss, dlogits;
   device_array<float> dx3, dh, dx2, dout, dq, dk, dv, dx1, dx0, halo_x, halo_dx, partial, dw, db;
+  device_array<float> x3_hp, s_hp, y_hp, y, x4, dx4, dy_hp, dx_hp, dscan, scan_partial;
   device_array<double> sums, totals;
   device_array<std::int64_t> counts;
 };
@@ -137,12 +140,34 @@ device_payload payload_on_device(const Batch& batch, workspace&, cudaStream_t) {
           batch.fields.template get<dcpp::fields::loss_mask>().data(), batch.is_real.data()};
 }
 
+//! The head-parallel exchange on the device: Thrust's CUDA policy on the NCCL stream.
+template <class T>
+void cp2hp(dcpp::nccl_communicator& world, const dcpp::thd_layout& layout, dcpp::head_shape shape,
+           const T* in, T* out) {
+  dcpp::cuda_route_ops ops{world.stream()};
+  dcpp::cp2hp<device_buffer>(
+      ops, world, layout, shape,
+      std::span<const T>(in, static_cast<std::size_t>(dcpp::cp_elements(layout, shape))),
+      std::span<T>(out, static_cast<std::size_t>(dcpp::hp_elements(layout, shape))));
+}
+template <class T>
+void hp2cp(dcpp::nccl_communicator& world, const dcpp::thd_layout& layout, dcpp::head_shape shape,
+           const T* in, T* out) {
+  dcpp::cuda_route_ops ops{world.stream()};
+  dcpp::hp2cp<device_buffer>(
+      ops, world, layout, shape,
+      std::span<const T>(in, static_cast<std::size_t>(dcpp::hp_elements(layout, shape))),
+      std::span<T>(out, static_cast<std::size_t>(dcpp::cp_elements(layout, shape))));
+}
+
 //! Forward and backward of one micro-batch on the device; adds the parameter gradients (for a
-//! loss normalised by `scale`) to model.g. Kernels on `stream`; transfers on the group's stream.
+//! loss normalised by `scale`) to model.g. Kernels on `stream`; transfers on the group's stream
+//! (the world's, `world.stream()`, for the head-parallel exchange). `world` is the
+//! communicator the layout's ranks refer to.
 template <class Batch>
-microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& batch,
-                                 device_model& model, workspace& ws, float scale,
-                                 cudaStream_t stream) {
+microbatch_result run_microbatch(dcpp::nccl_communicator& world, dcpp::nccl_communicator group,
+                                 const Batch& batch, device_model& model, workspace& ws,
+                                 float scale, cudaStream_t stream) {
   const auto& layout = batch.layout;
   const std::int64_t n = batch.tokens();
   const auto N = static_cast<std::size_t>(n);
@@ -194,10 +219,38 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
   cuda_check(trainer::relu(u, h, static_cast<std::int64_t>(nh), stream), "relu");
   cuda_check(cudaMemcpyAsync(x3, x2, nd * sizeof(float), cudaMemcpyDeviceToDevice, stream), "copy");
   mm(h, model.weight(p.w2), x3, n, hidden, dim, true, stream); // x3 = x2 + h W2
+  // [gpu-head-parallel]
+  // the head-parallel layer: cp2hp on the NCCL stream, the recurrence on the compute stream,
+  // hp2cp back; x4 = x3 + its output
+  dcpp::detail::stream_order order;
+  const dcpp::head_shape heads{scan_heads, scan_head_dim};
+  const dcpp::head_split split{scan_heads, layout.cp};
+  const auto H = static_cast<std::size_t>(dcpp::hp_elements(layout, heads));
+  upload(ws.cu_padded, std::span<const std::int32_t>(layout.cu_seqlens_padded), stream);
+  upload(ws.cu_real, std::span<const std::int32_t>(layout.cu_seqlens), stream);
+  kernels::scan_params sp;
+  sp.x = room(ws.x3_hp, H), sp.s = room(ws.s_hp, H), sp.y = room(ws.y_hp, H);
+  sp.gate = model.weight(p.gate), sp.cu_padded = ws.cu_padded.data();
+  sp.cu_real = ws.cu_real.data(), sp.sequences = static_cast<int>(layout.samples.size());
+  sp.heads_here = split.count(), sp.first_head = split.first(layout.rank_in_group);
+  sp.head_dim = scan_head_dim;
+  sp.dgate_partial =
+      room(ws.scan_partial, std::size_t(sp.sequences) * sp.heads_here * scan_head_dim);
+  order(stream, world.stream()); // x3 is computed before it is exchanged
+  cp2hp(world, layout, heads, x3, room(ws.x3_hp, H));
+  order(world.stream(), stream);
+  cuda_check(trainer::scan_forward(sp, stream), "scan_forward");
+  float* y = room(ws.y, nd);
+  order(stream, world.stream());
+  hp2cp(world, layout, heads, sp.y, y);
+  order(world.stream(), stream);
+  float* x4 = room(ws.x4, nd);
+  cuda_check(trainer::add(x3, y, x4, static_cast<std::int64_t>(nd), stream), "add");
+  // [gpu-head-parallel]
   // output projection, cross-entropy and the loss-token reduction
   float *logits = room(ws.logits, N * vocab), *loss = room(ws.loss, N),
         *dlogits = room(ws.dlogits, N * vocab);
-  mm(x3, model.weight(p.out), logits, n, dim, vocab, false, stream);
+  mm(x4, model.weight(p.out), logits, n, dim, vocab, false, stream);
   cuda_check(
       trainer::cross_entropy(logits, in.labels, in.mask, scale, loss, dlogits, n, vocab, stream),
       "cross_entropy");
@@ -219,9 +272,24 @@ microbatch_result run_microbatch(dcpp::nccl_communicator group, const Batch& bat
   cuda_check(dcpp::kernels::token_reduce(tr, stream), "token_reduce");
 
   // ---- backward ----
-  float *dx3 = room(ws.dx3, nd), *dh = room(ws.dh, nh), *dx2 = room(ws.dx2, nd);
-  mm_dw(x3, dlogits, model.grad(p.out), n, dim, vocab, stream);
-  mm_dx(dlogits, model.weight(p.out), dx3, n, dim, vocab, false, stream);
+  float *dx4 = room(ws.dx4, nd), *dh = room(ws.dh, nh), *dx2 = room(ws.dx2, nd);
+  mm_dw(x4, dlogits, model.grad(p.out), n, dim, vocab, stream);
+  mm_dx(dlogits, model.weight(p.out), dx4, n, dim, vocab, false, stream);
+  // the head-parallel layer backward: cp2hp of dx4, the reversed recurrence, hp2cp (the first
+  // holder's values for a head several ranks hold, which compute it alike; only that holder adds
+  // the gate's gradient); dx3 = dx4 + that
+  sp.dy = room(ws.dy_hp, H), sp.dx = room(ws.dx_hp, H);
+  order(stream, world.stream());
+  cp2hp(world, layout, heads, static_cast<const float*>(dx4), room(ws.dy_hp, H));
+  order(world.stream(), stream);
+  cuda_check(trainer::scan_backward(sp, stream), "scan_backward");
+  if (split.first_holder(layout.rank_in_group))
+    cuda_check(trainer::scan_gate_grad(sp, model.grad(p.gate), stream), "scan_gate_grad");
+  float *dscan = room(ws.dscan, nd), *dx3 = room(ws.dx3, nd);
+  order(stream, world.stream());
+  hp2cp(world, layout, heads, static_cast<const float*>(sp.dx), dscan);
+  order(world.stream(), stream);
+  cuda_check(trainer::add(dx4, dscan, dx3, static_cast<std::int64_t>(nd), stream), "add");
   mm_dw(h, dx3, model.grad(p.w2), n, hidden, dim, stream);
   mm_dx(dx3, model.weight(p.w2), dh, n, hidden, dim, false, stream);
   cuda_check(trainer::relu_grad(u, dh, static_cast<std::int64_t>(nh), stream), "relu_grad");
@@ -337,7 +405,7 @@ int main(int argc, char** argv) {
           if (batch.layout.idle())
             continue;
           auto group = nccl.group_for(batch.layout.first_rank, batch.layout.cp);
-          run_microbatch(group, batch, model, ws, 1.0f, compute); // ends with a stream sync
+          run_microbatch(nccl, group, batch, model, ws, 1.0f, compute); // ends with a stream sync
         }
       });
       return 0;
@@ -381,7 +449,7 @@ int main(int argc, char** argv) {
         if (batch.layout.idle())
           continue;
         auto group = nccl.group_for(batch.layout.first_rank, batch.layout.cp);
-        const auto r = run_microbatch(group, batch, model, ws, scale, compute);
+        const auto r = run_microbatch(nccl, group, batch, model, ws, scale, compute);
         loss_sum += r.loss_sum, loss_count += r.loss_count;
         tokens += batch.tokens();
       }

@@ -33,11 +33,16 @@
 namespace trainer {
 
 constexpr int vocab = 16, dim = 64, hidden = 128, width = 4;
+//! The head-parallel layer's heads (of dim / scan_heads channels). Two, so that a CP group of 4
+//! deals each head to two ranks (the exchange's replicated-head case) and one of 2 deals one head
+//! to each rank.
+constexpr int scan_heads = 2, scan_head_dim = dim / scan_heads;
+static_assert(dim % scan_heads == 0);
 
 //! All parameters in one flat vector (one all-reduce for the gradients), with named offsets.
 struct parameters {
   std::vector<float> data;
-  std::size_t embed, conv_w, conv_b, wq, wk, wv, wo, w1, w2, out, total;
+  std::size_t embed, conv_w, conv_b, wq, wk, wv, wo, w1, w2, gate, out, total;
   parameters() {
     std::size_t at = 0;
     auto take = [&at](std::size_t n) {
@@ -47,7 +52,8 @@ struct parameters {
     };
     embed = take(vocab * dim), conv_w = take(dim * width), conv_b = take(dim);
     wq = take(dim * dim), wk = take(dim * dim), wv = take(dim * dim), wo = take(dim * dim);
-    w1 = take(dim * hidden), w2 = take(hidden * dim), out = take(dim * vocab);
+    w1 = take(dim * hidden), w2 = take(hidden * dim), gate = take(scan_heads);
+    out = take(dim * vocab);
     total = at;
     data.assign(total, 0.0f);
   }
@@ -70,6 +76,7 @@ inline void initialise(parameters& p, std::uint64_t seed) {
     fill(at, dim * dim, 1.0 / std::sqrt(dim));
   fill(p.w1, dim * hidden, 1.0 / std::sqrt(dim));
   fill(p.w2, hidden * dim, 1.0 / std::sqrt(hidden));
+  fill(p.gate, scan_heads, 1.0);
   fill(p.out, dim * vocab, 1.0 / std::sqrt(dim));
 }
 
@@ -280,6 +287,10 @@ public:
             const dcpp::plan& plan) {
     if (!leader_)
       return;
+    std::int32_t largest_cp = 0;
+    for (const auto& mb : plan.microbatches)
+      for (const auto& g : mb.groups)
+        largest_cp = std::max(largest_cp, g.cp);
     log_["steps"].push_back({{"step", step},
                              {"loss", loss},
                              {"loss_tokens", loss_count},
@@ -287,7 +298,8 @@ public:
                              {"seconds", seconds},
                              {"tokens_per_second", tokens / seconds},
                              {"plan_efficiency", plan.metrics.efficiency},
-                             {"microbatches", plan.microbatches.size()}});
+                             {"microbatches", plan.microbatches.size()},
+                             {"largest_cp", largest_cp}});
     if (o_.quiet)
       return;
     const int done = (step + 1) * 24 / o_.steps;

@@ -49,8 +49,44 @@ __global__ void __launch_bounds__(256)
   kernels::sgd_body(ctx, w, g, v, n, lr, momentum);
 }
 
+__global__ void __launch_bounds__(256) scan_forward_kernel(kernels::scan_params p) {
+  dcpp::simt::cuda_context ctx;
+  kernels::scan_forward_body(ctx, p);
+}
+__global__ void __launch_bounds__(256) scan_backward_kernel(kernels::scan_params p) {
+  dcpp::simt::cuda_context ctx;
+  kernels::scan_backward_body(ctx, p);
+}
+__global__ void __launch_bounds__(256) scan_gate_grad_kernel(kernels::scan_params p, float* dgate) {
+  dcpp::simt::cuda_context ctx;
+  kernels::scan_gate_grad_body(ctx, p.dgate_partial, dgate, p.sequences, p.heads_here, p.first_head,
+                               p.head_dim);
+}
+
+std::int64_t scan_threads(const kernels::scan_params& p) {
+  return std::int64_t{p.sequences} * p.heads_here * p.head_dim;
+}
+
 } // namespace
 
+cudaError_t scan_forward(const kernels::scan_params& p, cudaStream_t stream) {
+  if (scan_threads(p) <= 0)
+    return cudaSuccess;
+  scan_forward_kernel<<<blocks_for(scan_threads(p)), threads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+cudaError_t scan_backward(const kernels::scan_params& p, cudaStream_t stream) {
+  if (scan_threads(p) <= 0)
+    return cudaSuccess;
+  scan_backward_kernel<<<blocks_for(scan_threads(p)), threads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+cudaError_t scan_gate_grad(const kernels::scan_params& p, float* dgate, cudaStream_t stream) {
+  if (p.heads_here <= 0)
+    return cudaSuccess;
+  scan_gate_grad_kernel<<<blocks_for(p.heads_here), threads, 0, stream>>>(p, dgate);
+  return cudaGetLastError();
+}
 cudaError_t gemm(const kernels::gemm_params& p, cudaStream_t stream) {
   if (p.m <= 0 || p.n <= 0)
     return cudaSuccess;

@@ -140,4 +140,99 @@ DCPP_HOST_DEVICE void sgd_body(Ctx& ctx, float* w, const float* g, float* v, std
   w[i] -= lr * v[i];
 }
 
+//! The head-parallel stand-in layer: a linear recurrence per head and channel over whole
+//! sequences (the shape of the state update in Mamba and Gated DeltaNet, made small), run on the
+//! head-parallel layout after `cp2hp`. For each sequence, head h and channel c, over the real
+//! tokens t in order: s_t = a_h s_{t-1} + (1 - a_h) x_t (s_{-1} = 0) and y_t = g_h s_t, with a
+//! fixed decay a_h (`scan_decay`) and a learnt gate g_h. Padding rows of s and y are 0, and the
+//! backward ignores padding rows of dy. Buffers are `[padded tokens][heads_here][head_dim]`
+//! (`dcpp::hp_elements`): sequence i occupies rows [cu_padded[i], cu_padded[i+1]), its real
+//! tokens the first cu_real[i+1] - cu_real[i] of them.
+struct scan_params {
+  const float* x = nullptr;  //!< input (forward)
+  float* s = nullptr;        //!< the state, written by the forward, read by the backward
+  float* y = nullptr;        //!< output (forward)
+  const float* dy = nullptr; //!< output gradient (backward)
+  float* dx = nullptr;       //!< input gradient (backward)
+  //! backward: per (sequence, channel) sum over tokens of dy s, `[sequences][heads_here *
+  //! head_dim]`; `scan_gate_grad_body` adds them per head.
+  float* dgate_partial = nullptr;
+  const float* gate = nullptr; //!< every head's gate; this rank's from `first_head`
+  const std::int32_t* cu_padded = nullptr;
+  const std::int32_t* cu_real = nullptr;
+  int sequences = 0, heads_here = 0, first_head = 0, head_dim = 0;
+};
+
+//! a_h = 1 - 4^-(h+1): 0.75, 0.9375, ... (a longer memory for each further head).
+DCPP_HOST_DEVICE inline float scan_decay(int head) {
+  return 1.0f - 1.0f / static_cast<float>(std::int64_t{1} << (2 * (head + 1)));
+}
+
+//! Forward, one thread per (sequence, channel): 1-D launch over sequences x heads_here x head_dim.
+template <class Ctx>
+DCPP_HOST_DEVICE void scan_forward_body(Ctx& ctx, const scan_params& p) {
+  const std::int64_t part = std::int64_t{p.heads_here} * p.head_dim;
+  const std::int64_t i = global_index(ctx);
+  if (i >= p.sequences * part)
+    return;
+  const std::int64_t seq = i / part, e = i % part;
+  const int head = p.first_head + static_cast<int>(e / p.head_dim);
+  const float a = scan_decay(head), g = p.gate[head];
+  const std::int64_t start = p.cu_padded[seq], padded = p.cu_padded[seq + 1] - start;
+  const std::int64_t real = p.cu_real[seq + 1] - p.cu_real[seq];
+  float s = 0.0f;
+  for (std::int64_t t = 0; t < padded; ++t) {
+    const std::int64_t at = (start + t) * part + e;
+    s = t < real ? a * s + (1.0f - a) * p.x[at] : 0.0f;
+    p.s[at] = s;
+    p.y[at] = g * s;
+  }
+}
+
+//! Backward, same threads, the recurrence reversed: r_t = g_h dy_t + a_h r_{t+1},
+//! dx_t = (1 - a_h) r_t; dgate_partial = sum over real tokens of dy_t s_t.
+template <class Ctx>
+DCPP_HOST_DEVICE void scan_backward_body(Ctx& ctx, const scan_params& p) {
+  const std::int64_t part = std::int64_t{p.heads_here} * p.head_dim;
+  const std::int64_t i = global_index(ctx);
+  if (i >= p.sequences * part)
+    return;
+  const std::int64_t seq = i / part, e = i % part;
+  const int head = p.first_head + static_cast<int>(e / p.head_dim);
+  const float a = scan_decay(head), g = p.gate[head];
+  const std::int64_t start = p.cu_padded[seq], padded = p.cu_padded[seq + 1] - start;
+  const std::int64_t real = p.cu_real[seq + 1] - p.cu_real[seq];
+  float r = 0.0f, dg = 0.0f;
+  for (std::int64_t t = padded - 1; t >= 0; --t) {
+    const std::int64_t at = (start + t) * part + e;
+    if (t >= real) {
+      p.dx[at] = 0.0f;
+      continue;
+    }
+    const float dy = p.dy[at];
+    dg += dy * p.s[at];
+    r = g * dy + a * r;
+    p.dx[at] = (1.0f - a) * r;
+  }
+  p.dgate_partial[i] = dg;
+}
+
+//! dgate[first_head + h] += the partial sums of local head h, in (sequence, channel) order: one
+//! thread per local head. Call it on one holder of each head only (`dcpp::head_split::
+//! first_holder`), so a head several ranks hold is counted once.
+template <class Ctx>
+DCPP_HOST_DEVICE void scan_gate_grad_body(Ctx& ctx, const float* dgate_partial, float* dgate,
+                                          int sequences, int heads_here, int first_head,
+                                          int head_dim) {
+  const std::int64_t h = global_index(ctx);
+  if (h >= heads_here)
+    return;
+  const std::int64_t part = std::int64_t{heads_here} * head_dim;
+  float sum = 0.0f;
+  for (std::int64_t seq = 0; seq < sequences; ++seq)
+    for (std::int64_t c = 0; c < head_dim; ++c)
+      sum += dgate_partial[seq * part + h * head_dim + c];
+  dgate[first_head + h] += sum;
+}
+
 } // namespace trainer::kernels

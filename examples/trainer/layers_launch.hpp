@@ -21,6 +21,11 @@ cudaError_t cross_entropy(const float* logits, const std::int32_t* labels, const
                           cudaStream_t stream);
 cudaError_t sgd(float* w, const float* g, float* v, std::int64_t n, float lr, float momentum,
                 cudaStream_t stream);
+//! The head-parallel layer's recurrence (layers.hpp): forward, backward, and the gate gradient
+//! (one holder of each head only).
+cudaError_t scan_forward(const kernels::scan_params& p, cudaStream_t stream);
+cudaError_t scan_backward(const kernels::scan_params& p, cudaStream_t stream);
+cudaError_t scan_gate_grad(const kernels::scan_params& p, float* dgate, cudaStream_t stream);
 //! embedding_csr.hpp on the device (Thrust's CUDA policy on `stream`; `keys`: room for
 //! `tokens` ids).
 cudaError_t embedding_csr(const std::int32_t* ids, const std::uint8_t* real, std::int64_t tokens,

@@ -211,3 +211,115 @@ TEST_CASE("row gather-sum: per-segment sums in source order, accumulate or overw
       }
   }
 }
+
+namespace {
+//! The head-parallel layer's loss L = sum over real tokens of w . y in fp64, straight from the
+//! definition (s_t = a s_{t-1} + (1 - a) x_t, y_t = g s_t per head and channel).
+double scan_loss(const std::vector<double>& x, const std::vector<double>& gate,
+                 const std::vector<float>& w, const std::vector<std::int32_t>& cu_padded,
+                 const std::vector<std::int32_t>& cu_real, int heads_here, int first_head,
+                 int head_dim) {
+  const std::int64_t part = std::int64_t{heads_here} * head_dim;
+  double loss = 0;
+  for (std::size_t seq = 0; seq + 1 < cu_padded.size(); ++seq)
+    for (std::int64_t e = 0; e < part; ++e) {
+      const int head = first_head + static_cast<int>(e / head_dim);
+      const double a = 1.0 - std::pow(4.0, -(head + 1));
+      double s = 0;
+      for (std::int64_t t = 0; t < cu_real[seq + 1] - cu_real[seq]; ++t) {
+        const auto at = static_cast<std::size_t>((cu_padded[seq] + t) * part + e);
+        s = a * s + (1 - a) * x[at];
+        loss += w[at] * gate[static_cast<std::size_t>(head)] * s;
+      }
+    }
+  return loss;
+}
+} // namespace
+
+TEST_CASE("trainer layers: the head-parallel recurrence, forward and backward against fp64 "
+          "finite differences") {
+  std::mt19937_64 rng(23);
+  for (const auto [heads_here, first_head, head_dim] :
+       {std::array{1, 0, 3}, std::array{1, 1, 5}, std::array{2, 0, 4}, std::array{3, 2, 1}}) {
+    // sequences of awkward real lengths (0 and 1 among them), padded by 0-5 rows
+    std::vector<std::int32_t> cu_real{0}, cu_padded{0};
+    for (const int length : {7, 0, 1, 13, 4}) {
+      cu_real.push_back(cu_real.back() + length);
+      cu_padded.push_back(cu_padded.back() + length + static_cast<int>(rng() % 6));
+    }
+    const int sequences = static_cast<int>(cu_real.size()) - 1;
+    const std::int64_t part = std::int64_t{heads_here} * head_dim;
+    const auto n = static_cast<std::size_t>(cu_padded.back() * part);
+    const auto x = random_floats(n, rng), w = random_floats(n, rng);
+    const auto gate = random_floats(static_cast<std::size_t>(first_head + heads_here), rng);
+    std::vector<float> s(n, 7.0f), y(n, 7.0f), dx(n, 7.0f), dy(n);
+    std::vector<float> partial(static_cast<std::size_t>(sequences * part));
+    for (std::size_t i = 0; i < n; ++i) // padding rows' dy is ignored: give it garbage
+      dy[i] = w[i];
+    k::scan_params p;
+    p.x = x.data(), p.s = s.data(), p.y = y.data(), p.dy = dy.data(), p.dx = dx.data();
+    p.dgate_partial = partial.data(), p.gate = gate.data();
+    p.cu_padded = cu_padded.data(), p.cu_real = cu_real.data();
+    p.sequences = sequences, p.heads_here = heads_here, p.first_head = first_head;
+    p.head_dim = head_dim;
+    const std::int64_t threads = sequences * part;
+    dcpp::simt::host_launch(linear(threads),
+                            [&](dcpp::simt::host_context& ctx) { k::scan_forward_body(ctx, p); });
+    dcpp::simt::host_launch(linear(threads),
+                            [&](dcpp::simt::host_context& ctx) { k::scan_backward_body(ctx, p); });
+    std::vector<float> dgate(gate.size(), 0.5f);
+    dcpp::simt::host_launch(linear(heads_here), [&](dcpp::simt::host_context& ctx) {
+      k::scan_gate_grad_body(ctx, partial.data(), dgate.data(), sequences, heads_here, first_head,
+                             head_dim);
+    });
+
+    std::vector<double> xd(x.begin(), x.end()), gd(gate.begin(), gate.end());
+    // forward: y against the definition; padding rows are 0
+    std::vector<bool> real_row(static_cast<std::size_t>(cu_padded.back()), false);
+    for (int seq = 0; seq < sequences; ++seq)
+      for (std::int32_t t = 0; t < cu_real[seq + 1] - cu_real[seq]; ++t)
+        real_row[static_cast<std::size_t>(cu_padded[seq] + t)] = true;
+    for (int seq = 0; seq < sequences; ++seq)
+      for (std::int64_t e = 0; e < part; ++e) {
+        const int head = first_head + static_cast<int>(e / head_dim);
+        const double a = 1.0 - std::pow(4.0, -(head + 1));
+        double state = 0;
+        for (std::int32_t t = 0; t < cu_padded[seq + 1] - cu_padded[seq]; ++t) {
+          const auto at = static_cast<std::size_t>((cu_padded[seq] + t) * part + e);
+          const bool real = real_row[static_cast<std::size_t>(cu_padded[seq] + t)];
+          state = real ? a * state + (1 - a) * xd[at] : 0.0;
+          REQUIRE(std::abs(s[at] - state) <= 1e-5);
+          REQUIRE(std::abs(y[at] - gd[static_cast<std::size_t>(head)] * state) <= 1e-5);
+        }
+      }
+    // backward: dL/dx and dL/dg by central differences of the fp64 loss (which is linear in x
+    // and in g, so the differences are exact up to rounding)
+    auto w_real = w;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!real_row[i / static_cast<std::size_t>(part)])
+        w_real[i] = 0.0f;
+    const double h = 1e-3;
+    for (std::size_t i = 0; i < n; ++i) {
+      auto up = xd, down = xd;
+      up[i] += h, down[i] -= h;
+      const double fd =
+          (scan_loss(up, gd, w_real, cu_padded, cu_real, heads_here, first_head, head_dim) -
+           scan_loss(down, gd, w_real, cu_padded, cu_real, heads_here, first_head, head_dim)) /
+          (2 * h);
+      INFO("heads " << heads_here << " from " << first_head << ", element " << i);
+      REQUIRE(std::abs(dx[i] - fd) <= 1e-5 * (1 + std::abs(fd)));
+    }
+    for (int head = 0; head < first_head + heads_here; ++head) {
+      auto up = gd, down = gd;
+      up[static_cast<std::size_t>(head)] += h, down[static_cast<std::size_t>(head)] -= h;
+      const double fd =
+          (scan_loss(xd, up, w_real, cu_padded, cu_real, heads_here, first_head, head_dim) -
+           scan_loss(xd, down, w_real, cu_padded, cu_real, heads_here, first_head, head_dim)) /
+          (2 * h);
+      // heads below first_head are not this rank's: their gradient is left as it was
+      const double expect = head < first_head ? 0.5 : 0.5 + fd;
+      REQUIRE(std::abs(dgate[static_cast<std::size_t>(head)] - expect) <=
+              1e-4 * (1 + std::abs(fd)));
+    }
+  }
+}

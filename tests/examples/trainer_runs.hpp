@@ -30,20 +30,22 @@ struct run_output {
   int exit_code = 0;
   std::vector<double> losses;
   std::vector<double> efficiency;
+  std::vector<int> largest_cp; //!< per step, the plan's largest CP group
   std::vector<double> weights;
 };
 
 //! `program` for `steps` steps on `ranks` ranks (0: run directly, without mpiexec). A non-zero
 //! exit fails the test unless it is `allowed_exit` (then only exit_code is set).
+//! `extra` is appended to the command line.
 inline run_output train(const std::string& program, int ranks, int steps, const std::string& tag,
-                        int allowed_exit = -1) {
+                        int allowed_exit = -1, const std::string& extra = "") {
   const auto dir = std::filesystem::temp_directory_path() / ("dcpp_trainer_" + tag);
   std::filesystem::create_directories(dir);
   const std::string launcher =
       ranks == 0 ? std::string() : fmt::format("{} -np {} ", env("DCPP_MPIEXEC"), ranks);
-  const std::string cmd = fmt::format("{}{} --steps {} --quiet --log {} --weights {} > {} 2>&1",
+  const std::string cmd = fmt::format("{}{} --steps {} --quiet --log {} --weights {} {} > {} 2>&1",
                                       launcher, program, steps, (dir / "log.json").string(),
-                                      (dir / "w.npy").string(), (dir / "out.txt").string());
+                                      (dir / "w.npy").string(), extra, (dir / "out.txt").string());
   const int status = std::system(cmd.c_str());
   run_output out;
   out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -61,6 +63,7 @@ inline run_output train(const std::string& program, int ranks, int steps, const 
   for (const auto& s : log["steps"]) {
     out.losses.push_back(s["loss"].get<double>());
     out.efficiency.push_back(s["plan_efficiency"].get<double>());
+    out.largest_cp.push_back(s["largest_cp"].get<int>());
   }
   out.weights = dcpp::read_npy((dir / "w.npy").string()).as<double>("weights");
   std::filesystem::remove_all(dir);

@@ -19,8 +19,10 @@
 
 namespace {
 
-trainer_runs::run_output gpu(int ranks, int steps, const std::string& tag) {
-  return trainer_runs::train(trainer_runs::env("DCPP_GPU_TRAINER"), ranks, steps, "gpu_" + tag);
+trainer_runs::run_output gpu(int ranks, int steps, const std::string& tag,
+                             const std::string& extra = "") {
+  return trainer_runs::train(trainer_runs::env("DCPP_GPU_TRAINER"), ranks, steps, "gpu_" + tag, -1,
+                             extra);
 }
 
 // fp32 on both sides; the GPU's GEMMs sum dW over tokens in another order than the CPU loops
@@ -59,6 +61,20 @@ TEST_CASE("gpu trainer: dynamic CP over NCCL on several GPUs gives the one-GPU r
   const auto many = gpu(ranks, 5, "many");
   const auto one = gpu(0, 5, "one");
   check_same(many, one);
+}
+
+TEST_CASE("gpu trainer: CP groups of 4 over NCCL (each head of the head-parallel layer on two "
+          "GPUs) give the one-GPU results") {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 4 ||
+      std::getenv("DCPP_MPIEXEC") == nullptr) {
+    MESSAGE("fewer than 4 GPUs or no mpiexec: the CP-4 comparison is not run");
+    return;
+  }
+  // as in test_cpu_trainer.cpp: 256 tokens per rank puts the long samples on groups of 4
+  const auto four = gpu(4, 5, "cp4", "--max-tokens-per-rank 256");
+  CHECK(*std::max_element(four.largest_cp.begin(), four.largest_cp.end()) == 4);
+  check_same(four, gpu(0, 5, "one_cp4"));
 }
 
 int main(int argc, char** argv) {
