@@ -104,6 +104,37 @@ inline std::vector<double> head_slice(const group_case& g, const std::vector<dou
   return out;
 }
 
+//! This rank's head-parallel values times (1 + its group rank).
+inline std::vector<double> holder_weighted(const dcpp::thd_layout& l, std::vector<double> hp) {
+  for (double& v : hp)
+    v *= 1 + l.rank_in_group;
+  return hp;
+}
+//! What hp2cp with replica_merge::sum gives from `holder_weighted` buffers: for each element of
+//! the zigzag buffer `local`, its head's holders q in group-rank order, local x (1 + q), the
+//! first holder's term taken and the others added.
+inline std::vector<double> holder_weighted_sum(const group_case& g,
+                                               const std::vector<double>& local) {
+  const dcpp::head_split split{g.shape.heads, g.layout.cp};
+  std::vector<double> expected(local.size());
+  for (std::size_t e = 0; e < local.size(); ++e) {
+    const auto head = static_cast<std::int32_t>((static_cast<std::int64_t>(e) / g.shape.head_dim) %
+                                                g.shape.heads);
+    std::int32_t first = -1, count = 1;
+    for (std::int32_t q = 0; q < g.layout.cp; ++q)
+      if (split.first(q) <= head && head < split.first(q) + split.count()) {
+        if (first < 0)
+          first = q;
+        else
+          ++count;
+      }
+    expected[e] = local[e] * (1 + first);
+    for (std::int32_t q = first + 1; q < first + count; ++q)
+      expected[e] += local[e] * (1 + q);
+  }
+  return expected;
+}
+
 //! A causal cumulative sum along each sample, per head and element, on rows of `width` heads.
 inline void cumulative_sum(std::vector<double>& rows, const dcpp::thd_layout& l, std::int64_t width,
                            std::int64_t head_dim) {
@@ -152,15 +183,13 @@ void run(C& comm, std::uint64_t seed) {
   cumulative_sum(whole_summed, g.layout, g.shape.heads, g.shape.head_dim);
   CHECK(result == zigzag_slice(g, whole_summed));
 
-  // gradients of a shared head add up over its holders, in group-rank order
+  // gradients of a shared head add up over its holders, in group-rank order: each holder sends
+  // its values times (1 + its group rank), so a lost, doubled or reordered holder shows
+  const std::vector<double> weighted = holder_weighted(g.layout, hp);
   std::vector<double> added(local.size(), -7.0);
-  dcpp::hp2cp(comm, g.layout, g.shape, std::span<const double>(hp), std::span<double>(added),
+  dcpp::hp2cp(comm, g.layout, g.shape, std::span<const double>(weighted), std::span<double>(added),
               dcpp::replica_merge::sum);
-  std::vector<double> expected(local.size(), 0.0);
-  for (std::int32_t k = 0; k < split.replicas(); ++k)
-    for (std::size_t e = 0; e < local.size(); ++e)
-      expected[e] += local[e];
-  CHECK(added == expected);
+  CHECK(added == holder_weighted_sum(g, local));
 }
 
 } // namespace dcpp_test::head_parallel

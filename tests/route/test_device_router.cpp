@@ -187,7 +187,64 @@ TEST_CASE("cp2hp / hp2cp on the Thrust backend: the host exchange's results bit 
   CHECK(shared > 20);
 }
 
-TEST_CASE("hp2cp on the Thrust backend: summing shared heads is refused on every rank") {
+TEST_CASE("hp2cp on the Thrust backend: summing shared heads gives the host path's sums bit for "
+          "bit") {
+  std::int32_t shared = 0;
+  for (std::uint64_t seed = 300; seed < 600; ++seed) {
+    const int world = 1 + static_cast<int>(seed % 8);
+    CAPTURE(seed);
+    dcpp::run_local(world, [&](dcpp::local_communicator& c) {
+      std::int32_t first = 0, cp = 0;
+      for (const std::int32_t size : hp::group_sizes(seed, world)) {
+        if (c.rank() < first + size) {
+          cp = size;
+          break;
+        }
+        first += size;
+      }
+      const hp::group_case g = hp::make_group(seed, first, cp, c.rank() - first);
+      const std::vector<double> local = hp::zigzag_slice(g, g.whole);
+      std::vector<double> in(static_cast<std::size_t>(dcpp::hp_elements(g.layout, g.shape)));
+      dcpp::cp2hp(c, g.layout, g.shape, std::span<const double>(local), std::span<double>(in));
+      in = hp::holder_weighted(g.layout, in);
+      std::vector<double> host(local.size(), -3.0), twin(local.size(), -5.0);
+      dcpp::hp2cp(c, g.layout, g.shape, std::span<const double>(in), std::span<double>(host),
+                  dcpp::replica_merge::sum);
+      host_ops ops{thrust::cpp::par};
+      dcpp::hp2cp<host_buffer>(ops, c, g.layout, g.shape, std::span<const double>(in),
+                               std::span<double>(twin), dcpp::replica_merge::sum);
+      CHECK(twin == host);
+      CHECK(twin == hp::holder_weighted_sum(g, local));
+      // float, the trainers' type, takes the same path
+      const std::vector<float> in_f(in.begin(), in.end());
+      std::vector<float> host_f(local.size()), twin_f(local.size(), -5.0f);
+      dcpp::hp2cp(c, g.layout, g.shape, std::span<const float>(in_f), std::span<float>(host_f),
+                  dcpp::replica_merge::sum);
+      dcpp::hp2cp<host_buffer>(ops, c, g.layout, g.shape, std::span<const float>(in_f),
+                               std::span<float>(twin_f), dcpp::replica_merge::sum);
+      CHECK(twin_f == host_f);
+    });
+    for (std::int32_t first = 0; const std::int32_t cp : hp::group_sizes(seed, world)) {
+      shared += hp::make_group(seed, first, cp, 0).shape.heads < cp ? 1 : 0;
+      first += cp;
+    }
+  }
+  CHECK(shared > 20);
+}
+
+namespace {
+//! A backend without `add_rows`: summing is refused.
+struct copy_only_ops : host_ops {
+  template <class T>
+  void add_rows(std::int64_t, std::int64_t, const std::int64_t*, const std::int64_t*, const T*,
+                T*) = delete;
+};
+} // namespace
+
+TEST_CASE("hp2cp on a backend that cannot add the element type: summing shared heads is refused "
+          "on every rank") {
+  static_assert(!dcpp::adds_rows_of<copy_only_ops, float>);
+  static_assert(dcpp::adds_rows_of<host_ops, float>);
   std::vector<std::string> messages(4);
   std::mutex mu;
   dcpp::run_local(4, [&](dcpp::local_communicator& c) {
@@ -201,7 +258,7 @@ TEST_CASE("hp2cp on the Thrust backend: summing shared heads is refused on every
     const dcpp::head_shape shape{2, 3}; // two heads on four ranks: each held twice
     std::vector<float> in(static_cast<std::size_t>(dcpp::hp_elements(l, shape)));
     std::vector<float> out(static_cast<std::size_t>(dcpp::cp_elements(l, shape)));
-    host_ops ops{thrust::cpp::par};
+    copy_only_ops ops{{thrust::cpp::par}};
     try {
       dcpp::hp2cp<host_buffer>(ops, c, l, shape, std::span<const float>(in), std::span<float>(out),
                                dcpp::replica_merge::sum);
@@ -211,8 +268,8 @@ TEST_CASE("hp2cp on the Thrust backend: summing shared heads is refused on every
     }
   });
   for (const auto& m : messages)
-    CHECK(m == "rank 0: hp2cp: summing the replicas of a shared head runs on host buffers only "
-               "(replica_merge::sum); a device backend takes the first holder's");
+    CHECK(m == "rank 0: hp2cp: replica_merge::sum needs a backend that adds values of this "
+               "element type (cuda_route_ops: float and double)");
 }
 
 TEST_CASE("the GPU trainer's embedding index on thrust::cpp::par: the host counting sort's") {

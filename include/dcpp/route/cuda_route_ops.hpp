@@ -26,6 +26,11 @@ struct cuda_route_ops {
   void copy_rows(std::size_t bytes, std::int64_t rows, std::int64_t width,
                  const std::int64_t* from_row, const std::int64_t* to_row, const void* source,
                  void* dest);
+  //! `thrust_route_ops::add_rows` for the element types a gradient has here.
+  void add_rows(std::int64_t rows, std::int64_t width, const std::int64_t* from_row,
+                const std::int64_t* to_row, const float* source, float* dest);
+  void add_rows(std::int64_t rows, std::int64_t width, const std::int64_t* from_row,
+                const std::int64_t* to_row, const double* source, double* dest);
   void fill(std::size_t bytes, std::int64_t n, const void* value, void* dest);
   void geometry(std::int64_t tokens, const std::int32_t* cu_padded, const std::int32_t* cu,
                 std::int32_t samples, std::int32_t cp, std::int32_t rank, std::int64_t* positions,

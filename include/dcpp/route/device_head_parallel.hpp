@@ -31,21 +31,52 @@ void copy_whole(Ops& ops, const T* in, T* out, std::size_t n) {
   const Buffer<std::int64_t> zero(std::vector<std::int64_t>{0});
   ops.copy_rows(sizeof(T), 1, static_cast<std::int64_t>(n), zero.data(), zero.data(), in, out);
 }
-//! The exchange of `x` on the backend: pack, one all-to-all-v on `group`, unpack.
+//! The sending half of an exchange on the backend: pack the rows of `x`, one all-to-all-v on
+//! `group`; returns what arrived.
 template <template <class> class Buffer, class Ops, class T, class C>
-void exchange_rows_on(Ops& ops, C& group, const head_exchange_rows& x, const T* in, T* out) {
+Buffer<T> send_rows_on(Ops& ops, C& group, const head_exchange_rows& x, const T* in) {
   const Buffer<std::int64_t> pack_from(x.pack_from), pack_to(x.pack_to);
-  const Buffer<std::int64_t> unpack_from(x.unpack_from), unpack_to(x.unpack_to);
   Buffer<T> send(x.total(x.send_counts));
   Buffer<T> recv(x.total(x.recv_counts));
   ops.copy_rows(sizeof(T), x.rows_packed(), x.part, pack_from.data(), pack_to.data(), in,
                 send.data());
   group.all_to_all_v(std::span<const T>(send.data(), send.size()), view(x.send_counts),
                      std::span<T>(recv.data(), recv.size()), view(x.recv_counts));
+  return recv;
+}
+//! The exchange of `x` on the backend: pack, one all-to-all-v on `group`, unpack.
+template <template <class> class Buffer, class Ops, class T, class C>
+void exchange_rows_on(Ops& ops, C& group, const head_exchange_rows& x, const T* in, T* out) {
+  const Buffer<T> recv = send_rows_on<Buffer>(ops, group, x, in);
+  const Buffer<std::int64_t> unpack_from(x.unpack_from), unpack_to(x.unpack_to);
   ops.copy_rows(sizeof(T), x.rows_unpacked(), x.part, unpack_from.data(), unpack_to.data(),
                 recv.data(), out);
 }
+//! hp2cp summing shared heads on the backend: the first holders' rows copied, every further
+//! holder's added, pass by pass (`replica_passes`, the host path's order).
+template <template <class> class Buffer, class Ops, class T, class C>
+void exchange_rows_summing_on(Ops& ops, C& group, const head_exchange_rows& x, std::int64_t tokens,
+                              std::int32_t replicas, const T* in, T* out) {
+  const Buffer<T> recv = send_rows_on<Buffer>(ops, group, x, in);
+  const auto passes = replica_passes(x, tokens, replicas);
+  for (std::size_t j = 0; j < passes.size(); ++j) {
+    const Buffer<std::int64_t> from(passes[j].from), to(passes[j].to);
+    const auto rows = static_cast<std::int64_t>(passes[j].from.size());
+    if (j == 0)
+      ops.copy_rows(sizeof(T), rows, x.part, from.data(), to.data(), recv.data(), out);
+    else
+      ops.add_rows(rows, x.part, from.data(), to.data(), recv.data(), out);
+  }
+}
 } // namespace detail
+
+//! Whether backend `Ops` adds values of `T` (`add_rows`), as `hp2cp` with `replica_merge::sum`
+//! needs: `thrust_route_ops` for every arithmetic type, `cuda_route_ops` for float and double.
+template <class Ops, class T>
+inline constexpr bool adds_rows_of = requires(Ops& o, const std::int64_t* index, const T* source,
+                                              T* dest) {
+  o.add_rows(std::int64_t{}, std::int64_t{}, index, index, source, dest);
+};
 
 //! `cp2hp` (head_parallel.hpp) on an operations backend: `in` and `out` in the backend's memory
 //! (device memory with `cuda_route_ops` and the NCCL communicator). Same checks, same results.
@@ -67,8 +98,9 @@ void cp2hp(Ops& ops, C& comm, const thd_layout& layout, head_shape shape, std::s
 }
 
 //! `hp2cp` (head_parallel.hpp) on an operations backend. A head several ranks hold comes from
-//! the lowest of them (`replica_merge::take_first`); summing replicas is host-only for now and
-//! refused here on every rank of the group.
+//! the lowest of them (`replica_merge::take_first`) or is the sum of all of theirs in group-rank
+//! order (`replica_merge::sum`, for backends that add values of `T`: `adds_rows_of`; refused on
+//! every rank of the group otherwise). Bit for bit the host path's results.
 template <template <class> class Buffer, route_operations Ops, transferable T, communicator C>
 void hp2cp(Ops& ops, C& comm, const thd_layout& layout, head_shape shape, std::span<const T> in,
            std::span<T> out, replica_merge merge = replica_merge::take_first) {
@@ -76,11 +108,12 @@ void hp2cp(Ops& ops, C& comm, const thd_layout& layout, head_shape shape, std::s
   if (layout.idle())
     return;
   // with no shared head (heads >= cp) both merges are the same copy
+  const bool summing = merge == replica_merge::sum && shape.heads >= 1 && shape.heads < layout.cp;
   const status merging =
-      merge == replica_merge::sum && shape.heads >= 1 && shape.heads < layout.cp
+      summing && !adds_rows_of<Ops, T>
           ? status::failure(status_code::invalid_option,
-                            "hp2cp: summing the replicas of a shared head runs on host buffers "
-                            "only (replica_merge::sum); a device backend takes the first holder's")
+                            "hp2cp: replica_merge::sum needs a backend that adds values of this "
+                            "element type (cuda_route_ops: float and double)")
           : status::success();
   if (layout.cp == 1) {
     throw_if_failed(detail::head_exchange_status("hp2cp", layout, shape, out.size(), in.size()));
@@ -89,6 +122,13 @@ void hp2cp(Ops& ops, C& comm, const thd_layout& layout, head_shape shape, std::s
   }
   C group =
       detail::device_exchange_group(comm, "hp2cp", layout, shape, out.size(), in.size(), merging);
+  if constexpr (adds_rows_of<Ops, T>)
+    if (summing) {
+      detail::exchange_rows_summing_on<Buffer>(
+          ops, group, detail::hp2cp_rows(layout, shape, true), layout.tokens(),
+          head_split{shape.heads, layout.cp}.replicas(), in.data(), out.data());
+      return;
+    }
   detail::exchange_rows_on<Buffer>(ops, group, detail::hp2cp_rows(layout, shape, false), in.data(),
                                    out.data());
 }

@@ -249,6 +249,25 @@ struct head_exchange_rows {
   return x;
 }
 
+//! hp2cp's unpacking when it sums a shared head (`replica_merge::sum`, every holder sending, the
+//! rows of `x` in sending-rank order, `tokens` rows each): pass j takes the rows of the j-th
+//! holder of every head, so no two rows of a pass share a destination. Pass 0 is copied and each
+//! further pass added, which sums every head's holders in group-rank order.
+struct replica_pass {
+  std::vector<std::int64_t> from, to;
+};
+[[nodiscard]] inline std::vector<replica_pass>
+replica_passes(const head_exchange_rows& x, std::int64_t tokens, std::int32_t replicas) {
+  std::vector<replica_pass> passes(static_cast<std::size_t>(replicas));
+  for (std::size_t k = 0; k < x.unpack_from.size(); ++k) {
+    const std::int64_t sender = static_cast<std::int64_t>(k) / tokens;
+    auto& pass = passes[static_cast<std::size_t>(sender % replicas)];
+    pass.from.push_back(x.unpack_from[k]);
+    pass.to.push_back(x.unpack_to[k]);
+  }
+  return passes;
+}
+
 //! Copies row k (`part` values) from `from[k]` in `source` to `to[k]` in `dest`, for every row.
 template <class T>
 void copy_rows_host(std::int64_t part, const std::vector<std::int64_t>& from,
@@ -322,11 +341,14 @@ requires(C::buffer_memory ==
     return;
   }
   if constexpr (std::is_arithmetic_v<T>) { // refused above otherwise
-    std::fill(out.begin(), out.end(), T{});
-    for (std::size_t k = 0; k < x.unpack_from.size(); ++k) // in group-rank order
-      for (std::int64_t e = 0; e < x.part; ++e)
-        out[static_cast<std::size_t>(x.unpack_to[k] + e)] +=
-            recv[static_cast<std::size_t>(x.unpack_from[k] + e)];
+    const auto passes =
+        detail::replica_passes(x, layout.tokens(), head_split{shape.heads, layout.cp}.replicas());
+    detail::copy_rows_host(x.part, passes[0].from, passes[0].to, recv.data(), out.data());
+    for (std::size_t j = 1; j < passes.size(); ++j) // in group-rank order
+      for (std::size_t k = 0; k < passes[j].from.size(); ++k)
+        for (std::int64_t e = 0; e < x.part; ++e)
+          out[static_cast<std::size_t>(passes[j].to[k] + e)] +=
+              recv[static_cast<std::size_t>(passes[j].from[k] + e)];
   }
 }
 

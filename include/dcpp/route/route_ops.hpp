@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
@@ -87,6 +88,19 @@ struct copy_row_words {
     dest[to_row[r] + e] = source[from_row[r] + e];
   }
 };
+template <class T>
+struct add_row_values {
+  std::int64_t width; // values per row
+  const std::int64_t* from_row;
+  const std::int64_t* to_row;
+  const T* source;
+  T* dest;
+  DCPP_HOST_DEVICE void operator()(std::int64_t i) const {
+    const std::int64_t r = i / width;
+    const std::int64_t e = i - r * width;
+    dest[to_row[r] + e] += source[from_row[r] + e];
+  }
+};
 template <class W>
 struct fill_words {
   W value;
@@ -158,6 +172,14 @@ struct thrust_route_ops {
           detail::copy_row_words<W>{width, from_row, to_row, static_cast<const W*>(source),
                                     static_cast<W*>(dest)});
     });
+  }
+  //! Rows as `copy_rows`, added: dest[to_row[r] + e] += source[from_row[r] + e] (`T`
+  //! arithmetic; no two rows may share a destination).
+  template <class T>
+  requires std::is_arithmetic_v<T>
+  void add_rows(std::int64_t rows, std::int64_t width, const std::int64_t* from_row,
+                const std::int64_t* to_row, const T* source, T* dest) {
+    run(rows * width, detail::add_row_values<T>{width, from_row, to_row, source, dest});
   }
   //! dest[k] = *value (a host value of `bytes` bytes) for k < n.
   void fill(std::size_t bytes, std::int64_t n, const void* value, void* dest) {

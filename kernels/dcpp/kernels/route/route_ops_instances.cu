@@ -30,6 +30,14 @@ void cuda_route_ops::copy_rows(std::size_t bytes, std::int64_t rows, std::int64_
                                const void* source, void* dest) {
   on(stream).copy_rows(bytes, rows, width, from_row, to_row, source, dest);
 }
+void cuda_route_ops::add_rows(std::int64_t rows, std::int64_t width, const std::int64_t* from_row,
+                              const std::int64_t* to_row, const float* source, float* dest) {
+  on(stream).add_rows(rows, width, from_row, to_row, source, dest);
+}
+void cuda_route_ops::add_rows(std::int64_t rows, std::int64_t width, const std::int64_t* from_row,
+                              const std::int64_t* to_row, const double* source, double* dest) {
+  on(stream).add_rows(rows, width, from_row, to_row, source, dest);
+}
 void cuda_route_ops::fill(std::size_t bytes, std::int64_t n, const void* value, void* dest) {
   on(stream).fill(bytes, n, value, dest);
 }
