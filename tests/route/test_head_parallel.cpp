@@ -3,6 +3,7 @@
 // the split rule, and bad arguments failing every rank of the group with one message.
 #include "../support.hpp"
 
+#include <limits>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -113,6 +114,32 @@ TEST_CASE("cp2hp / hp2cp: one rank's wrong buffer or layout fails the whole grou
   });
   for (const auto& m : disagree)
     CHECK(m.starts_with("ranks disagree on the head-parallel exchange's sequences and head shape"));
+}
+
+TEST_CASE(
+    "cp2hp / hp2cp: a head shape past max_exchange_elements is an error, not a wrapped size") {
+  // 2^62 / 2^8 heads: every padded token of the group's 16 times that overflows 2^62
+  const auto huge = messages_on_every_rank(2, [](dcpp::local_communicator& c) {
+    const dcpp::thd_layout l = layout_of(2, c.rank(), {4, 12});
+    const dcpp::head_shape shape{256, std::int64_t{1} << 54};
+    std::vector<double> in(4), out(4); // never read: the shape is refused first
+    dcpp::cp2hp(c, l, shape, std::span<const double>(in), std::span<double>(out));
+  });
+  for (const auto& m : huge)
+    CHECK(m == "rank 0: cp2hp: 16 padded tokens x 256 heads x head_dim 18014398509481984 is more "
+               "than max_exchange_elements = 4611686018427387904");
+  dcpp::thd_layout l;
+  l.first_rank = 0, l.cp = 2, l.rank_in_group = 0, l.samples = {0};
+  l.cu_seqlens = {0, 8}, l.cu_seqlens_padded = {0, 8};
+  for (const std::int64_t head_dim :
+       {std::int64_t{1} << 62, std::numeric_limits<std::int64_t>::max(), std::int64_t{-1}}) {
+    CAPTURE(head_dim);
+    CHECK_THROWS_WITH_AS((void)dcpp::cp_elements(l, {2, head_dim}),
+                         doctest::Contains("is not a buffer size from 0 to max_exchange_elements"),
+                         dcpp::error);
+    CHECK_THROWS_AS((void)dcpp::hp_elements(l, {2, head_dim}), dcpp::error);
+  }
+  CHECK(dcpp::cp_elements(l, {2, std::int64_t{1} << 59}) == std::int64_t{1} << 62);
 }
 
 TEST_CASE("hp2cp: summing replicas needs an arithmetic element type") {

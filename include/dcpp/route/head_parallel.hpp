@@ -69,16 +69,37 @@ struct head_split {
 //! (gradients of a shared key/value head), in group-rank order.
 enum class replica_merge : std::uint8_t { take_first, sum };
 
+//! The largest element count of a buffer the exchange takes (tokens x heads x head_dim, either
+//! layout): 2^62, so that sizes, offsets and byte counts stay exact in 64 bits.
+inline constexpr std::int64_t max_exchange_elements = std::int64_t{1} << 62;
+
+namespace detail {
+//! tokens x heads x head_dim, or an error naming them when it passes `max_exchange_elements`
+//! (or a factor is negative).
+[[nodiscard]] inline std::int64_t exchange_elements(std::int64_t tokens, std::int64_t heads,
+                                                    std::int64_t head_dim) {
+  std::int64_t n = 0;
+  if (tokens < 0 || heads < 0 || head_dim < 0 || __builtin_mul_overflow(tokens, heads, &n) ||
+      __builtin_mul_overflow(n, head_dim, &n) || n > max_exchange_elements)
+    throw error(status_code::invalid_option,
+                fmt::format("head-parallel exchange: {} tokens x {} heads x head_dim {} is not "
+                            "a buffer size from 0 to max_exchange_elements = {}",
+                            tokens, heads, head_dim, max_exchange_elements));
+  return n;
+}
+} // namespace detail
+
 //! Elements of this rank's zigzag buffer of `layout` (all heads) and of its head-parallel buffer
-//! (whole padded sequences, `head_split::count()` heads). 0 for an idle rank.
+//! (whole padded sequences, `head_split::count()` heads). 0 for an idle rank. A size past
+//! `max_exchange_elements` is an error (dcpp::error), not a wrapped number.
 [[nodiscard]] inline std::int64_t cp_elements(const thd_layout& layout, head_shape shape) {
-  return layout.tokens() * shape.heads * shape.head_dim;
+  return detail::exchange_elements(layout.tokens(), shape.heads, shape.head_dim);
 }
 [[nodiscard]] inline std::int64_t hp_elements(const thd_layout& layout, head_shape shape) {
   if (layout.idle())
     return 0;
   const head_split split{shape.heads, layout.cp};
-  return std::int64_t{layout.cu_seqlens_padded.back()} * split.count() * shape.head_dim;
+  return detail::exchange_elements(layout.cu_seqlens_padded.back(), split.count(), shape.head_dim);
 }
 
 namespace detail {
@@ -110,6 +131,15 @@ namespace detail {
                               l.samples[i], i, padded, 2 * l.cp));
   }
   const head_split split{shape.heads, l.cp};
+  // the padded tokens of the whole group times a token's row bounds both buffers
+  std::int64_t whole = 0;
+  if (__builtin_mul_overflow(std::int64_t{l.cu_seqlens_padded.back()}, std::int64_t{shape.heads},
+                             &whole) ||
+      __builtin_mul_overflow(whole, shape.head_dim, &whole) || whole > max_exchange_elements)
+    return fail(fmt::format("{} padded tokens x {} heads x head_dim {} is more than "
+                            "max_exchange_elements = {}",
+                            l.cu_seqlens_padded.back(), shape.heads, shape.head_dim,
+                            max_exchange_elements));
   const std::int64_t row = std::int64_t{shape.heads} * shape.head_dim;
   const std::int64_t cp_expected = l.tokens() * row;
   const std::int64_t hp_expected =
