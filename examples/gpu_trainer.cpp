@@ -83,6 +83,8 @@ struct workspace {
   device_array<float> x3_hp, s_hp, y_hp, y, x4, dx4, dy_hp, dx_hp, dscan, scan_partial;
   device_array<double> sums, totals;
   device_array<std::int64_t> counts;
+  //! scratch space of the Thrust algorithms on the compute stream (the embedding index)
+  dcpp::device_caching_allocator scratch;
 };
 
 // Y[n x m] (+)= X[n x k] W[k x m]
@@ -331,7 +333,8 @@ microbatch_result run_microbatch(dcpp::nccl_communicator& world, dcpp::nccl_comm
   // the index of the real tokens per vocabulary row, built on the device (embedding_csr.hpp)
   cuda_check(trainer::embedding_csr(in.ids, in.real, n, vocab, room(ws.embed_offsets, vocab + 1),
                                     room(ws.embed_sources, std::max<std::size_t>(N, 1)),
-                                    room(ws.embed_keys, std::max<std::size_t>(N, 1)), stream),
+                                    room(ws.embed_keys, std::max<std::size_t>(N, 1)), ws.scratch,
+                                    stream),
              "embedding_csr");
   cuda_check(dcpp::kernels::row_gather_sum(dx1, ws.embed_offsets.data(), ws.embed_sources.data(),
                                            model.grad(p.embed), vocab, dim, true, stream),

@@ -140,10 +140,11 @@ cudaError_t sgd(float* w, const float* g, float* v, std::int64_t n, float lr, fl
 
 cudaError_t embedding_csr(const std::int32_t* ids, const std::uint8_t* real, std::int64_t tokens,
                           int vocab, std::int64_t* offsets, std::int64_t* sources,
-                          std::int32_t* keys, cudaStream_t stream) {
-  if (tokens > 0)
-    embedding_csr(thrust::cuda::par_nosync.on(stream), ids, real, tokens, vocab, offsets, sources,
-                  keys);
+                          std::int32_t* keys, dcpp::device_caching_allocator& pool,
+                          cudaStream_t stream) {
+  if (tokens > 0) // copy_if, the radix sort and the search take their scratch from the pool
+    embedding_csr(thrust::cuda::par_nosync(pool).on(stream), ids, real, tokens, vocab, offsets,
+                  sources, keys);
   else
     cudaMemsetAsync(offsets, 0, (static_cast<std::size_t>(vocab) + 1) * sizeof(std::int64_t),
                     stream);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "dcpp/cuda/memory_resource.hpp"
 #include "layers.hpp"
 
 namespace trainer {
@@ -26,10 +27,11 @@ cudaError_t sgd(float* w, const float* g, float* v, std::int64_t n, float lr, fl
 cudaError_t scan_forward(const kernels::scan_params& p, cudaStream_t stream);
 cudaError_t scan_backward(const kernels::scan_params& p, cudaStream_t stream);
 cudaError_t scan_gate_grad(const kernels::scan_params& p, float* dgate, cudaStream_t stream);
-//! embedding_csr.hpp on the device (Thrust's CUDA policy on `stream`; `keys`: room for
-//! `tokens` ids).
+//! embedding_csr.hpp on the device (Thrust's CUDA policy on `stream`, its scratch space from
+//! `pool`, which serves that stream only; `keys`: room for `tokens` ids).
 cudaError_t embedding_csr(const std::int32_t* ids, const std::uint8_t* real, std::int64_t tokens,
                           int vocab, std::int64_t* offsets, std::int64_t* sources,
-                          std::int32_t* keys, cudaStream_t stream);
+                          std::int32_t* keys, dcpp::device_caching_allocator& pool,
+                          cudaStream_t stream);
 
 } // namespace trainer

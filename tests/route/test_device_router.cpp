@@ -6,12 +6,15 @@
 
 #include <thrust/system/cpp/execution_policy.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "../../examples/trainer/embedding_csr.hpp"
 #include "dcpp/comm/local.hpp"
+#include "dcpp/core/caching_allocator.hpp"
 #include "dcpp/route/device_head_parallel.hpp"
 #include "dcpp/route/device_router.hpp"
 #include "dcpp/route/route_ops.hpp"
@@ -272,7 +275,22 @@ TEST_CASE("hp2cp on a backend that cannot add the element type: summing shared h
                "element type (cuda_route_ops: float and double)");
 }
 
-TEST_CASE("the GPU trainer's embedding index on thrust::cpp::par: the host counting sort's") {
+namespace {
+//! Host memory for a caching allocator in the tests.
+struct host_memory {
+  void* allocate(std::size_t n) {
+    void* p = std::malloc(n);
+    if (p == nullptr)
+      throw std::bad_alloc();
+    return p;
+  }
+  void deallocate(void* p, std::size_t) { std::free(p); }
+};
+} // namespace
+
+TEST_CASE("the GPU trainer's embedding index on thrust::cpp::par: the host counting sort's, with "
+          "the algorithms' scratch from a caching allocator or without") {
+  dcpp::caching_allocator<host_memory> pool;
   for (std::uint64_t seed = 1; seed <= 200; ++seed) {
     CAPTURE(seed);
     dcpp::workload::rng r(seed);
@@ -306,5 +324,18 @@ TEST_CASE("the GPU trainer's embedding index on thrust::cpp::par: the host count
     CHECK(got_offsets == offsets);
     got_sources.resize(static_cast<std::size_t>(count));
     CHECK(got_sources == sources);
+    // the same through the pool (gpu_trainer's form: thrust::cuda::par_nosync(pool).on(stream))
+    std::vector<std::int64_t> pooled_offsets(offsets.size(), -1), pooled_sources(ids.size(), -1);
+    CHECK(trainer::embedding_csr(thrust::cpp::par(pool), ids.data(), real.data(), tokens, vocab,
+                                 pooled_offsets.data(), pooled_sources.data(),
+                                 keys.data()) == count);
+    CHECK(pooled_offsets == offsets);
+    pooled_sources.resize(static_cast<std::size_t>(count));
+    CHECK(pooled_sources == sources);
+    CHECK(pool.in_use_bytes() == 0); // every scratch block came back
   }
+  // the sorts took scratch space through the pool, and most of it came from its cache
+  INFO(pool.requests() << " requests, " << pool.upstream_allocations() << " upstream");
+  CHECK(pool.requests() >= 100);
+  CHECK(pool.upstream_allocations() * 10 <= pool.requests());
 }
