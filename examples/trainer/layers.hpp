@@ -168,22 +168,40 @@ DCPP_HOST_DEVICE inline float scan_decay(int head) {
   return 1.0f - 1.0f / static_cast<float>(std::int64_t{1} << (2 * (head + 1)));
 }
 
+//! What one thread of the recurrence works on: thread i is sequence i / part, channel i % part
+//! of the rank's `part` = heads_here x head_dim; its rows are at (start + t) x part + channel.
+struct scan_thread {
+  std::int64_t index = 0, part = 0, channel = 0, start = 0, padded = 0, real = 0;
+  float decay = 0.0f, gate = 0.0f;
+  DCPP_HOST_DEVICE std::int64_t at(std::int64_t t) const { return (start + t) * part + channel; }
+};
+//! False for threads past the last (sequence, channel).
+template <class Ctx>
+DCPP_HOST_DEVICE bool scan_thread_of(Ctx& ctx, const scan_params& p, scan_thread& w) {
+  w.part = std::int64_t{p.heads_here} * p.head_dim;
+  w.index = global_index(ctx);
+  if (w.index >= p.sequences * w.part)
+    return false;
+  const std::int64_t seq = w.index / w.part;
+  w.channel = w.index % w.part;
+  const int head = p.first_head + static_cast<int>(w.channel / p.head_dim);
+  w.decay = scan_decay(head), w.gate = p.gate[head];
+  w.start = p.cu_padded[seq], w.padded = p.cu_padded[seq + 1] - w.start;
+  w.real = p.cu_real[seq + 1] - p.cu_real[seq];
+  return true;
+}
+
 //! Forward, one thread per (sequence, channel): 1-D launch over sequences x heads_here x head_dim.
 template <class Ctx>
 DCPP_HOST_DEVICE void scan_forward_body(Ctx& ctx, const scan_params& p) {
-  const std::int64_t part = std::int64_t{p.heads_here} * p.head_dim;
-  const std::int64_t i = global_index(ctx);
-  if (i >= p.sequences * part)
+  scan_thread w;
+  if (!scan_thread_of(ctx, p, w))
     return;
-  const std::int64_t seq = i / part, e = i % part;
-  const int head = p.first_head + static_cast<int>(e / p.head_dim);
-  const float a = scan_decay(head), g = p.gate[head];
-  const std::int64_t start = p.cu_padded[seq], padded = p.cu_padded[seq + 1] - start;
-  const std::int64_t real = p.cu_real[seq + 1] - p.cu_real[seq];
+  const float a = w.decay, g = w.gate;
   float s = 0.0f;
-  for (std::int64_t t = 0; t < padded; ++t) {
-    const std::int64_t at = (start + t) * part + e;
-    s = t < real ? a * s + (1.0f - a) * p.x[at] : 0.0f;
+  for (std::int64_t t = 0; t < w.padded; ++t) {
+    const std::int64_t at = w.at(t);
+    s = t < w.real ? a * s + (1.0f - a) * p.x[at] : 0.0f;
     p.s[at] = s;
     p.y[at] = g * s;
   }
@@ -193,19 +211,14 @@ DCPP_HOST_DEVICE void scan_forward_body(Ctx& ctx, const scan_params& p) {
 //! dx_t = (1 - a_h) r_t; dgate_partial = sum over real tokens of dy_t s_t.
 template <class Ctx>
 DCPP_HOST_DEVICE void scan_backward_body(Ctx& ctx, const scan_params& p) {
-  const std::int64_t part = std::int64_t{p.heads_here} * p.head_dim;
-  const std::int64_t i = global_index(ctx);
-  if (i >= p.sequences * part)
+  scan_thread w;
+  if (!scan_thread_of(ctx, p, w))
     return;
-  const std::int64_t seq = i / part, e = i % part;
-  const int head = p.first_head + static_cast<int>(e / p.head_dim);
-  const float a = scan_decay(head), g = p.gate[head];
-  const std::int64_t start = p.cu_padded[seq], padded = p.cu_padded[seq + 1] - start;
-  const std::int64_t real = p.cu_real[seq + 1] - p.cu_real[seq];
+  const float a = w.decay, g = w.gate;
   float r = 0.0f, dg = 0.0f;
-  for (std::int64_t t = padded - 1; t >= 0; --t) {
-    const std::int64_t at = (start + t) * part + e;
-    if (t >= real) {
+  for (std::int64_t t = w.padded - 1; t >= 0; --t) {
+    const std::int64_t at = w.at(t);
+    if (t >= w.real) {
       p.dx[at] = 0.0f;
       continue;
     }
@@ -214,7 +227,7 @@ DCPP_HOST_DEVICE void scan_backward_body(Ctx& ctx, const scan_params& p) {
     r = g * dy + a * r;
     p.dx[at] = (1.0f - a) * r;
   }
-  p.dgate_partial[i] = dg;
+  p.dgate_partial[w.index] = dg;
 }
 
 //! dgate[first_head + h] += the partial sums of local head h, in (sequence, channel) order: one

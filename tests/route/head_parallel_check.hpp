@@ -146,20 +146,25 @@ inline void cumulative_sum(std::vector<double>& rows, const dcpp::thd_layout& l,
             rows[static_cast<std::size_t>((t - 1) * row + e)];
 }
 
-//! Runs the whole check on `comm` for `seed` (every rank calls it).
-template <class C>
-void run(C& comm, std::uint64_t seed) {
-  const std::vector<std::int32_t> sizes = group_sizes(seed, comm.size());
+//! The group case of `rank` in a world of `world` ranks cut by `group_sizes(seed, world)`.
+inline group_case rank_group(std::uint64_t seed, std::int32_t world, std::int32_t rank) {
   std::int32_t first = 0;
   std::int32_t cp = 0;
-  for (const std::int32_t size : sizes) {
-    if (comm.rank() < first + size) {
+  for (const std::int32_t size : group_sizes(seed, world)) {
+    if (rank < first + size) {
       cp = size;
       break;
     }
     first += size;
   }
-  const group_case g = make_group(seed, first, cp, comm.rank() - first);
+  return make_group(seed, first, cp, rank - first);
+}
+
+//! Runs the whole check on `comm` for `seed` (every rank calls it).
+template <class C>
+void run(C& comm, std::uint64_t seed) {
+  const group_case g = rank_group(seed, comm.size(), comm.rank());
+  const std::int32_t cp = g.layout.cp;
   const dcpp::head_split split{g.shape.heads, cp};
   const std::vector<double> local = zigzag_slice(g, g.whole);
   CHECK(static_cast<std::int64_t>(local.size()) == dcpp::cp_elements(g.layout, g.shape));

@@ -156,16 +156,7 @@ TEST_CASE("cp2hp / hp2cp on the Thrust backend: the host exchange's results bit 
     const int world = 1 + static_cast<int>(seed % 8);
     CAPTURE(seed);
     dcpp::run_local(world, [&](dcpp::local_communicator& c) {
-      const auto sizes = hp::group_sizes(seed, world);
-      std::int32_t first = 0, cp = 0;
-      for (const std::int32_t size : sizes) {
-        if (c.rank() < first + size) {
-          cp = size;
-          break;
-        }
-        first += size;
-      }
-      const hp::group_case g = hp::make_group(seed, first, cp, c.rank() - first);
+      const hp::group_case g = hp::rank_group(seed, world, c.rank());
       const std::vector<double> local = hp::zigzag_slice(g, g.whole);
       const auto hp_size = static_cast<std::size_t>(dcpp::hp_elements(g.layout, g.shape));
       std::vector<double> host(hp_size), twin(hp_size, -3.0);
@@ -197,15 +188,7 @@ TEST_CASE("hp2cp on the Thrust backend: summing shared heads gives the host path
     const int world = 1 + static_cast<int>(seed % 8);
     CAPTURE(seed);
     dcpp::run_local(world, [&](dcpp::local_communicator& c) {
-      std::int32_t first = 0, cp = 0;
-      for (const std::int32_t size : hp::group_sizes(seed, world)) {
-        if (c.rank() < first + size) {
-          cp = size;
-          break;
-        }
-        first += size;
-      }
-      const hp::group_case g = hp::make_group(seed, first, cp, c.rank() - first);
+      const hp::group_case g = hp::rank_group(seed, world, c.rank());
       const std::vector<double> local = hp::zigzag_slice(g, g.whole);
       std::vector<double> in(static_cast<std::size_t>(dcpp::hp_elements(g.layout, g.shape)));
       dcpp::cp2hp(c, g.layout, g.shape, std::span<const double>(local), std::span<double>(in));

@@ -75,9 +75,11 @@ struct copy_words {
   W* dest;
   DCPP_HOST_DEVICE void operator()(std::int64_t k) const { dest[to[k]] = source[from[k]]; }
 };
-template <class W>
-struct copy_row_words {
-  std::int64_t width; // words per row
+//! Element i of rows of `width` values: dest[to_row[r] + e] = (or += when `Add`)
+//! source[from_row[r] + e].
+template <class W, bool Add = false>
+struct row_values {
+  std::int64_t width;
   const std::int64_t* from_row;
   const std::int64_t* to_row;
   const W* source;
@@ -85,20 +87,10 @@ struct copy_row_words {
   DCPP_HOST_DEVICE void operator()(std::int64_t i) const {
     const std::int64_t r = i / width;
     const std::int64_t e = i - r * width;
-    dest[to_row[r] + e] = source[from_row[r] + e];
-  }
-};
-template <class T>
-struct add_row_values {
-  std::int64_t width; // values per row
-  const std::int64_t* from_row;
-  const std::int64_t* to_row;
-  const T* source;
-  T* dest;
-  DCPP_HOST_DEVICE void operator()(std::int64_t i) const {
-    const std::int64_t r = i / width;
-    const std::int64_t e = i - r * width;
-    dest[to_row[r] + e] += source[from_row[r] + e];
+    if constexpr (Add)
+      dest[to_row[r] + e] += source[from_row[r] + e];
+    else
+      dest[to_row[r] + e] = source[from_row[r] + e];
   }
 };
 template <class W>
@@ -169,8 +161,8 @@ struct thrust_route_ops {
                  void* dest) {
     by_size(bytes, [&]<class W>() {
       run(rows * width,
-          detail::copy_row_words<W>{width, from_row, to_row, static_cast<const W*>(source),
-                                    static_cast<W*>(dest)});
+          detail::row_values<W>{width, from_row, to_row, static_cast<const W*>(source),
+                                static_cast<W*>(dest)});
     });
   }
   //! Rows as `copy_rows`, added: dest[to_row[r] + e] += source[from_row[r] + e] (`T`
@@ -179,7 +171,7 @@ struct thrust_route_ops {
   requires std::is_arithmetic_v<T>
   void add_rows(std::int64_t rows, std::int64_t width, const std::int64_t* from_row,
                 const std::int64_t* to_row, const T* source, T* dest) {
-    run(rows * width, detail::add_row_values<T>{width, from_row, to_row, source, dest});
+    run(rows * width, detail::row_values<T, true>{width, from_row, to_row, source, dest});
   }
   //! dest[k] = *value (a host value of `bytes` bytes) for k < n.
   void fill(std::size_t bytes, std::int64_t n, const void* value, void* dest) {
