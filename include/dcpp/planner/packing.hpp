@@ -220,6 +220,111 @@ public:
     compact();
   }
 
+  //! Lowers the micro-batch's time with its idle ranks. While ranks are free, the critical group
+  //! (the most load; the first of equals) takes the better of two steps:
+  //! * grow to the smallest larger legal size that fits on the free ranks and lowers its load
+  //!   (its samples spread over more ranks; under a two-tier network a size that crosses a node
+  //!   may be slower and a larger one faster);
+  //! * with two samples or more, shed its costliest sample into a new group of the smallest
+  //!   legal size that holds it on the free ranks;
+  //! the one whose two groups end with the smaller most load, if that is below the critical
+  //! load (ties: the fewer ranks). Stops when neither helps, since then the micro-batch cannot
+  //! get faster. The groups are laid out again by `compact` (sizes descending), which keeps
+  //! aligned sizes aligned. A heap keeps a step at O(log groups + the group's samples).
+  template <class Estimator>
+  void grow_critical_into_idle_ranks(const problem& pr, const Estimator& estimator) {
+    compact();
+    if (free_ == 0 || groups_.empty())
+      return;
+    const auto before = [this](std::size_t a, std::size_t b) { // heap order: most load on top
+      return groups_[a].load != groups_[b].load ? groups_[a].load < groups_[b].load : a > b;
+    };
+    std::vector<std::size_t> heap(groups_.size());
+    for (std::size_t g = 0; g < heap.size(); ++g)
+      heap[g] = g;
+    std::make_heap(heap.begin(), heap.end(), before);
+    const auto cost = [&](std::int32_t sample, std::int32_t cp) {
+      return sample_cost(pr, estimator, static_cast<std::size_t>(sample), cp);
+    };
+    while (free_ > 0) {
+      const std::size_t top = heap.front();
+      const double critical = groups_[top].load;
+      // grow: the smallest larger size that fits and is faster
+      std::int32_t grow_to = 0;
+      double grown_load = critical;
+      for (auto next = std::upper_bound(pr.cp_sizes.begin(), pr.cp_sizes.end(), groups_[top].cp);
+           next != pr.cp_sizes.end() && *next - groups_[top].cp <= free_; ++next) {
+        double load = 0;
+        for (const std::int32_t sm : groups_[top].samples)
+          load += cost(sm, *next);
+        if (load < critical) {
+          grow_to = *next, grown_load = load;
+          break;
+        }
+      }
+      // shed: the costliest sample (the first of equals) to the smallest size that holds it
+      std::int32_t shed_cp = 0;
+      std::size_t shed_at = 0;
+      double shed_max = critical;
+      if (groups_[top].samples.size() > 1) {
+        const auto& samples = groups_[top].samples;
+        double costliest = -1;
+        for (std::size_t k = 0; k < samples.size(); ++k)
+          if (const double c = cost(samples[k], groups_[top].cp); c > costliest)
+            costliest = c, shed_at = k;
+        const auto sm = static_cast<std::size_t>(samples[shed_at]);
+        const auto size =
+            std::lower_bound(pr.cp_sizes.begin(), pr.cp_sizes.end(), pr.min_cp_of[sm]);
+        if (size != pr.cp_sizes.end() && *size <= free_) {
+          double rest = 0;
+          for (std::size_t k = 0; k < samples.size(); ++k)
+            if (k != shed_at)
+              rest += cost(samples[k], groups_[top].cp);
+          const double alone = cost(samples[shed_at], *size);
+          if (std::max(rest, alone) < critical)
+            shed_cp = *size, shed_max = std::max(rest, alone);
+        }
+      }
+      const bool grow =
+          grow_to != 0 && (shed_cp == 0 || grown_load < shed_max ||
+                           (grown_load == shed_max && grow_to - groups_[top].cp <= shed_cp));
+      if (grow) {
+        auto& grp = groups_[top];
+        free_ -= grow_to - grp.cp;
+        grp.cp = grow_to;
+        grp.load = grown_load;
+        grp.tokens = 0;
+        for (const std::int32_t sm : grp.samples)
+          grp.tokens += pr.rank_tokens(static_cast<std::size_t>(sm), grow_to);
+      } else if (shed_cp != 0) {
+        auto& grp = groups_[top];
+        const std::int32_t sm = grp.samples[shed_at];
+        grp.samples.erase(grp.samples.begin() + static_cast<std::ptrdiff_t>(shed_at));
+        grp.load = 0, grp.tokens = 0; // summed again, in order: no drift from subtracting
+        for (const std::int32_t k : grp.samples) {
+          grp.load += cost(k, grp.cp);
+          grp.tokens += pr.rank_tokens(static_cast<std::size_t>(k), grp.cp);
+        }
+        free_ -= shed_cp;
+        std::pop_heap(heap.begin(), heap.end(), before); // the lighter critical group sinks
+        std::push_heap(heap.begin(), heap.end(), before);
+        groups_.push_back(group{0,
+                                shed_cp,
+                                pr.rank_tokens(static_cast<std::size_t>(sm), shed_cp),
+                                cost(sm, shed_cp),
+                                {sm}});
+        heap.push_back(groups_.size() - 1);
+        std::push_heap(heap.begin(), heap.end(), before);
+        continue;
+      } else {
+        break;
+      }
+      std::pop_heap(heap.begin(), heap.end(), before);
+      std::push_heap(heap.begin(), heap.end(), before);
+    }
+    compact(); // lays every group out again
+  }
+
   [[nodiscard]] plan_microbatch to_plan() const {
     plan_microbatch mb;
     for (const auto& g : groups_)

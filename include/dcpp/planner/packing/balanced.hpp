@@ -327,6 +327,42 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
     best_step = a.step_time();
     best = a.to_plan(name);
   }
+  // Idle ranks left in a round: its critical group grows into them while that makes the round
+  // faster (microbatch_state::grow_critical_into_idle_ranks). Where no construction fills the
+  // world (more ranks than samples, past the megatron limit) this is what keeps the plan from
+  // leaving most ranks idle; elsewhere the rounds have no idle ranks and nothing changes.
+  if (have_plan && !at_bound()) {
+    plan grown = best;
+    bool changed = false;
+    for (auto& mb : grown.microbatches) {
+      std::int32_t busy = 0;
+      for (const auto& g : mb.groups)
+        busy += g.cp;
+      if (busy >= o.world_size)
+        continue;
+      detail::microbatch_state round(o.world_size);
+      for (const auto& g : mb.groups) {
+        const std::int32_t at = round.open(g.first_rank, g.cp);
+        for (const std::int32_t sm : g.samples) {
+          const auto us = static_cast<std::size_t>(sm);
+          round.add(at, sm, pr.rank_tokens(us, g.cp), sample_cost(pr, estimator, us, g.cp));
+        }
+      }
+      const double slowest = round.max_load();
+      round.grow_critical_into_idle_ranks(pr, estimator);
+      if (round.max_load() < slowest) {
+        mb = round.to_plan();
+        changed = true;
+      }
+    }
+    if (changed) {
+      state a = state::from_plan(costs, grown);
+      if (a.step_time() < best_step) {
+        best_step = a.step_time();
+        best = a.to_plan(name);
+      }
+    }
+  }
   return best;
 }
 
