@@ -306,6 +306,7 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   // no selected construction packed the batch within the bound: the megatron plan, improved
   if (!have_plan)
     take_megatron(megatron_plan);
+
   // Rounds no construction takes: the local search once more on the best plan with one more
   // micro-batch multiple of empty rounds, into which it may move samples where that pays the
   // overhead (a dominant sample's round sheds its small companions). Kept when it is faster and
@@ -362,6 +363,15 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
         best = a.to_plan(name);
       }
     }
+  }
+  // past the megatron limit with few samples per rank: the megatron plan as it is (see
+  // `megatron_samples_per_rank`)
+  if (!with_megatron && selected(megatron) && !at_bound() &&
+      static_cast<double>(costs.samples()) <=
+          tuning.megatron_samples_per_rank * static_cast<double>(o.world_size)) {
+    state a = state::from_plan(
+        costs, megatron_greedy_with<Bucketing>{}.pack_in_order(pr, estimator, buckets()));
+    keep_if_faster(a, false);
   }
   return best;
 }

@@ -106,6 +106,13 @@ struct balanced_tuning {
   //! to 5%), but not one 5.4x behind (2,500 samples of 1-64 tokens on 6 ranks at a multiple of
   //! 16: 2.96x after 0.54 s of search, 80% of the planning time).
   double megatron_improve_within = 2;
+  //! Past the megatron limit, the megatron plan still competes, as it is and last, where the
+  //! batch has at most this many samples per rank: there the groups must take the ranks the
+  //! samples leave, which megatron_greedy does and the constructions may not (4,096 samples of
+  //! 1-8K tokens on 4,096 contiguous ranks: 0.48 of the bound, one sample per rank, against
+  //! megatron_greedy's 0.90; on 256 and 1,024 ranks 0.6% and 3% slower). It costs a
+  //! megatron_greedy run (0.6 s on 16,384 contiguous ranks). 0 drops it.
+  double megatron_samples_per_rank = 16;
   //! A plan within this fraction of the lower bound ends the portfolio: no other step or pass
   //! can gain more than rounding noise...
   double bound_reached = 1e-9;
@@ -181,6 +188,7 @@ struct balanced_tuning {
              within("halve_samples_per_group", halve_samples_per_group, 0, big),
              within("improve_within", improve_within, 1, big),
              within("megatron_improve_within", megatron_improve_within, 1, big),
+             within("megatron_samples_per_rank", megatron_samples_per_rank, 0, big),
              within("area_noise", area_noise, 0.5, 1),
              within("gain_epsilon", gain_epsilon, 0, 1),
              within("bound_reached", bound_reached, 0, 1),
