@@ -770,15 +770,23 @@ TEST_CASE("microbatch_state: the critical group grows into idle ranks or sheds a
   CHECK(stopped_with_free > 20);
 }
 
+namespace {
+//! 512 samples of 1-8K tokens (the benchmark's contiguous scaling corner, smaller).
+std::vector<std::int64_t> corner_lengths() {
+  w::rng r(12);
+  std::vector<std::int64_t> lengths(512);
+  for (auto& l : lengths)
+    l = r.uniform_int(1, 8192);
+  return lengths;
+}
+} // namespace
+
 TEST_CASE("balanced: more ranks than samples, past the megatron limit, the groups take the idle "
           "ranks") {
   // 512 samples of 1-8K tokens on 2,048 contiguous ranks: the constructions leave most ranks
   // idle (0.15 of the bound before this pass); megatron_greedy, which grows its groups into
   // idle ranks, reached 0.55
-  w::rng r(12);
-  std::vector<std::int64_t> lengths(512);
-  for (auto& l : lengths)
-    l = r.uniform_int(1, 8192);
+  const std::vector<std::int64_t> lengths = corner_lengths();
   dcpp::plan_options o = options_for(2048, 16384);
   o.group_topology = dcpp::topology::contiguous;
   const dcpp::transformer_cost e;
@@ -794,10 +802,7 @@ TEST_CASE("balanced: with few samples per rank, past the megatron limit, never s
   // 512 samples of 1-8K tokens on 256-1,024 contiguous ranks (2 to 0.5 samples per rank): the
   // constructions leave one sample per rank where megatron_greedy packs the short ones and grows
   // the long ones' groups; the megatron plan competes there (`megatron_samples_per_rank`)
-  w::rng r(12);
-  std::vector<std::int64_t> lengths(512);
-  for (auto& l : lengths)
-    l = r.uniform_int(1, 8192);
+  const std::vector<std::int64_t> lengths = corner_lengths();
   const dcpp::transformer_cost e;
   for (const std::int32_t world : {256, 512, 1024}) {
     CAPTURE(world);
