@@ -142,24 +142,29 @@ device_payload payload_on_device(const Batch& batch, workspace&, cudaStream_t) {
           batch.fields.template get<dcpp::fields::loss_mask>().data(), batch.is_real.data()};
 }
 
-//! The head-parallel exchange on the device: Thrust's CUDA policy on the NCCL stream.
+//! The head-parallel exchange on the device: Thrust's CUDA policy on the NCCL stream, after the
+//! work on `compute` that wrote `in` and before the work enqueued there next, which reads `out`.
 template <class T>
 void cp2hp(dcpp::nccl_communicator& world, const dcpp::thd_layout& layout, dcpp::head_shape shape,
-           const T* in, T* out) {
+           const T* in, T* out, cudaStream_t compute, dcpp::detail::stream_order& order) {
   dcpp::cuda_route_ops ops{world.stream()};
+  order(compute, world.stream());
   dcpp::cp2hp<device_buffer>(
       ops, world, layout, shape,
       std::span<const T>(in, static_cast<std::size_t>(dcpp::cp_elements(layout, shape))),
       std::span<T>(out, static_cast<std::size_t>(dcpp::hp_elements(layout, shape))));
+  order(world.stream(), compute);
 }
 template <class T>
 void hp2cp(dcpp::nccl_communicator& world, const dcpp::thd_layout& layout, dcpp::head_shape shape,
-           const T* in, T* out) {
+           const T* in, T* out, cudaStream_t compute, dcpp::detail::stream_order& order) {
   dcpp::cuda_route_ops ops{world.stream()};
+  order(compute, world.stream());
   dcpp::hp2cp<device_buffer>(
       ops, world, layout, shape,
       std::span<const T>(in, static_cast<std::size_t>(dcpp::hp_elements(layout, shape))),
       std::span<T>(out, static_cast<std::size_t>(dcpp::cp_elements(layout, shape))));
+  order(world.stream(), compute);
 }
 
 //! Forward and backward of one micro-batch on the device; adds the parameter gradients (for a
@@ -231,21 +236,18 @@ microbatch_result run_microbatch(dcpp::nccl_communicator& world, dcpp::nccl_comm
   upload(ws.cu_padded, std::span<const std::int32_t>(layout.cu_seqlens_padded), stream);
   upload(ws.cu_real, std::span<const std::int32_t>(layout.cu_seqlens), stream);
   kernels::scan_params sp;
-  sp.x = room(ws.x3_hp, H), sp.s = room(ws.s_hp, H), sp.y = room(ws.y_hp, H);
+  float* x3_hp = room(ws.x3_hp, H);
+  sp.x = x3_hp, sp.s = room(ws.s_hp, H), sp.y = room(ws.y_hp, H);
   sp.gate = model.weight(p.gate), sp.cu_padded = ws.cu_padded.data();
   sp.cu_real = ws.cu_real.data(), sp.sequences = static_cast<int>(layout.samples.size());
   sp.heads_here = split.count(), sp.first_head = split.first(layout.rank_in_group);
   sp.head_dim = scan_head_dim;
   sp.dgate_partial =
       room(ws.scan_partial, std::size_t(sp.sequences) * sp.heads_here * scan_head_dim);
-  order(stream, world.stream()); // x3 is computed before it is exchanged
-  cp2hp(world, layout, heads, x3, room(ws.x3_hp, H));
-  order(world.stream(), stream);
+  cp2hp(world, layout, heads, static_cast<const float*>(x3), x3_hp, stream, order);
   cuda_check(trainer::scan_forward(sp, stream), "scan_forward");
   float* y = room(ws.y, nd);
-  order(stream, world.stream());
-  hp2cp(world, layout, heads, sp.y, y);
-  order(world.stream(), stream);
+  hp2cp(world, layout, heads, static_cast<const float*>(sp.y), y, stream, order);
   float* x4 = room(ws.x4, nd);
   cuda_check(trainer::add(x3, y, x4, static_cast<std::int64_t>(nd), stream), "add");
   // [gpu-head-parallel]
@@ -280,17 +282,14 @@ microbatch_result run_microbatch(dcpp::nccl_communicator& world, dcpp::nccl_comm
   // the head-parallel layer backward: cp2hp of dx4, the reversed recurrence, hp2cp (the first
   // holder's values for a head several ranks hold, which compute it alike; only that holder adds
   // the gate's gradient); dx3 = dx4 + that
-  sp.dy = room(ws.dy_hp, H), sp.dx = room(ws.dx_hp, H);
-  order(stream, world.stream());
-  cp2hp(world, layout, heads, static_cast<const float*>(dx4), room(ws.dy_hp, H));
-  order(world.stream(), stream);
+  float *dy_hp = room(ws.dy_hp, H), *dx_hp = room(ws.dx_hp, H);
+  sp.dy = dy_hp, sp.dx = dx_hp;
+  cp2hp(world, layout, heads, static_cast<const float*>(dx4), dy_hp, stream, order);
   cuda_check(trainer::scan_backward(sp, stream), "scan_backward");
   if (split.first_holder(layout.rank_in_group))
     cuda_check(trainer::scan_gate_grad(sp, model.grad(p.gate), stream), "scan_gate_grad");
   float *dscan = room(ws.dscan, nd), *dx3 = room(ws.dx3, nd);
-  order(stream, world.stream());
-  hp2cp(world, layout, heads, static_cast<const float*>(sp.dx), dscan);
-  order(world.stream(), stream);
+  hp2cp(world, layout, heads, static_cast<const float*>(dx_hp), dscan, stream, order);
   cuda_check(trainer::add(dx4, dscan, dx3, static_cast<std::int64_t>(nd), stream), "add");
   mm_dw(h, dx3, model.grad(p.w2), n, hidden, dim, stream);
   mm_dx(dx3, model.weight(p.w2), dh, n, hidden, dim, false, stream);

@@ -75,6 +75,14 @@ namespace detail {
   throw error(status_code::communication_error, std::move(message));
 }
 
+//! The elements an all-to-all-v's counts add up to (the size of its send or receive buffer).
+[[nodiscard]] inline std::int64_t total_count(std::span<const std::int64_t> counts) noexcept {
+  std::int64_t t = 0;
+  for (const std::int64_t c : counts)
+    t += c;
+  return t;
+}
+
 //! Counts of an all-to-all-v: one per rank, none negative, summing to at most the buffer.
 [[nodiscard]] inline status counts_status(const char* call, std::span<const std::int64_t> counts,
                                           int size, std::size_t elements, const char* what) {

@@ -387,9 +387,11 @@ struct conv1d_halo_routes {
   //! the senders in rank order (deterministic)
   std::vector<std::int64_t> incoming_sources;
 
-  [[nodiscard]] std::int64_t received_rows() const noexcept { return total(recv_counts); }
+  [[nodiscard]] std::int64_t received_rows() const noexcept {
+    return detail::total_count(recv_counts);
+  }
   [[nodiscard]] std::int64_t received_gradient_rows() const noexcept {
-    return total(grad_recv_counts);
+    return detail::total_count(grad_recv_counts);
   }
   [[nodiscard]] static std::vector<std::int64_t> elements(const std::vector<std::int64_t>& rows,
                                                           int channels) {
@@ -467,14 +469,6 @@ struct conv1d_halo_routes {
       ++r.incoming_offsets.back();
     }
     return r;
-  }
-
-private:
-  static std::int64_t total(const std::vector<std::int64_t>& counts) noexcept {
-    std::int64_t t = 0;
-    for (auto c : counts)
-      t += c;
-    return t;
   }
 };
 

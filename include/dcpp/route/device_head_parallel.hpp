@@ -36,8 +36,8 @@ void copy_whole(Ops& ops, const T* in, T* out, std::size_t n) {
 template <template <class> class Buffer, class Ops, class T, class C>
 Buffer<T> send_rows_on(Ops& ops, C& group, const head_exchange_rows& x, const T* in) {
   const Buffer<std::int64_t> pack_from(x.pack_from), pack_to(x.pack_to);
-  Buffer<T> send(x.total(x.send_counts));
-  Buffer<T> recv(x.total(x.recv_counts));
+  Buffer<T> send(x.values_sent());
+  Buffer<T> recv(x.values_received());
   ops.copy_rows(sizeof(T), x.rows_packed(), x.part, pack_from.data(), pack_to.data(), in,
                 send.data());
   group.all_to_all_v(std::span<const T>(send.data(), send.size()), view(x.send_counts),

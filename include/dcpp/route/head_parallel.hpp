@@ -207,11 +207,11 @@ struct head_exchange_rows {
   [[nodiscard]] std::int64_t rows_unpacked() const noexcept {
     return static_cast<std::int64_t>(unpack_from.size());
   }
-  [[nodiscard]] static std::size_t total(const std::vector<std::int64_t>& counts) {
-    std::int64_t t = 0;
-    for (const std::int64_t c : counts)
-      t += c;
-    return static_cast<std::size_t>(t);
+  [[nodiscard]] std::size_t values_sent() const noexcept {
+    return static_cast<std::size_t>(total_count(send_counts));
+  }
+  [[nodiscard]] std::size_t values_received() const noexcept {
+    return static_cast<std::size_t>(total_count(recv_counts));
   }
 };
 
@@ -305,6 +305,14 @@ void copy_rows_host(std::int64_t part, const std::vector<std::int64_t>& from,
   for (std::size_t k = 0; k < from.size(); ++k)
     std::memcpy(dest + to[k], source + from[k], static_cast<std::size_t>(part) * sizeof(T));
 }
+//! `copy_rows_host`, added: dest[to[k] + e] += source[from[k] + e] (`T` arithmetic).
+template <class T>
+void add_rows_host(std::int64_t part, const std::vector<std::int64_t>& from,
+                   const std::vector<std::int64_t>& to, const T* source, T* dest) {
+  for (std::size_t k = 0; k < from.size(); ++k)
+    for (std::int64_t e = 0; e < part; ++e)
+      dest[to[k] + e] += source[from[k] + e];
+}
 
 } // namespace detail
 
@@ -330,7 +338,7 @@ requires(C::buffer_memory == memory_space::host) void cp2hp(C& comm, const thd_l
   detail::agree_on_exchange(group, "cp2hp", layout, shape, in.size(), out.size(),
                             status::success());
   const detail::head_exchange_rows x = detail::cp2hp_rows(layout, shape);
-  std::vector<T> send(x.total(x.send_counts)), recv(x.total(x.recv_counts));
+  std::vector<T> send(x.values_sent()), recv(x.values_received());
   detail::copy_rows_host(x.part, x.pack_from, x.pack_to, in.data(), send.data());
   group.all_to_all_v(std::span<const T>(send), x.send_counts, std::span<T>(recv), x.recv_counts);
   detail::copy_rows_host(x.part, x.unpack_from, x.unpack_to, recv.data(), out.data());
@@ -363,7 +371,7 @@ requires(C::buffer_memory ==
   const bool summing =
       merge == replica_merge::sum && head_split{shape.heads, layout.cp}.replicas() > 1;
   const detail::head_exchange_rows x = detail::hp2cp_rows(layout, shape, summing);
-  std::vector<T> send(x.total(x.send_counts)), recv(x.total(x.recv_counts));
+  std::vector<T> send(x.values_sent()), recv(x.values_received());
   detail::copy_rows_host(x.part, x.pack_from, x.pack_to, in.data(), send.data());
   group.all_to_all_v(std::span<const T>(send), x.send_counts, std::span<T>(recv), x.recv_counts);
   if (!summing) {
@@ -375,10 +383,7 @@ requires(C::buffer_memory ==
         detail::replica_passes(x, layout.tokens(), head_split{shape.heads, layout.cp}.replicas());
     detail::copy_rows_host(x.part, passes[0].from, passes[0].to, recv.data(), out.data());
     for (std::size_t j = 1; j < passes.size(); ++j) // in group-rank order
-      for (std::size_t k = 0; k < passes[j].from.size(); ++k)
-        for (std::int64_t e = 0; e < x.part; ++e)
-          out[static_cast<std::size_t>(passes[j].to[k] + e)] +=
-              recv[static_cast<std::size_t>(passes[j].from[k] + e)];
+      detail::add_rows_host(x.part, passes[j].from, passes[j].to, recv.data(), out.data());
   }
 }
 

@@ -182,10 +182,7 @@ private:
       std::memcpy(dst, src, static_cast<std::size_t>(count) * sizeof(T));
   }
   static std::size_t total(const std::vector<std::int64_t>& counts) {
-    std::int64_t t = 0;
-    for (auto c : counts)
-      t += c;
-    return static_cast<std::size_t>(t);
+    return static_cast<std::size_t>(detail::total_count(counts));
   }
 
   //! The shard matches the plan: its lengths, and the fields `Named` sized to them (a stage's
