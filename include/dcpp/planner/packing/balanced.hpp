@@ -328,6 +328,15 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
     best_step = a.step_time();
     best = a.to_plan(name);
   }
+  // A large batch's best plan: the search once more with more candidates (`final_candidates`)
+  if (size >= tuning.final_search_from && candidates < tuning.final_candidates && !at_bound()) {
+    state a = state::from_plan(costs, best);
+    detail::improve(a, tuning, tuning.final_candidates);
+    if (a.step_time() < best_step) {
+      best_step = a.step_time();
+      best = a.to_plan(name);
+    }
+  }
   // Idle ranks left in a round: its critical group grows into them while that makes the round
   // faster (microbatch_state::grow_critical_into_idle_ranks). Where no construction fills the
   // world (more ranks than samples, past the megatron limit) this is what keeps the plan from
@@ -373,6 +382,18 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
         costs, megatron_greedy_with<Bucketing>{}.pack_in_order(pr, estimator, buckets()));
     keep_if_faster(a, false);
   }
+  // Contiguous groups: the portfolio once more on the aligned sizes alone, its plan improved by
+  // the local search here, where the best so far is not within `aligned_gap` of the lower bound
+  // (see `aligned_in_contiguous`).
+  if (tuning.aligned_in_contiguous && o.group_topology == topology::contiguous && have_plan &&
+      best_step > lower_bound(pr, estimator) * (1 + tuning.aligned_gap)) {
+    if (std::optional<problem> aligned = detail::aligned_problem(pr, estimator)) {
+      state a = state::from_plan(costs, pack(*aligned, estimator));
+      if (static_cast<std::size_t>(a.rounds()) <= allowed)
+        keep_if_faster(a);
+    }
+  }
+
   return best;
 }
 

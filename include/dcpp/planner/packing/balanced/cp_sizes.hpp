@@ -4,8 +4,10 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -37,6 +39,28 @@ struct cp_ladder {
 //! Sample s's ladder: from its smallest legal size to the largest.
 [[nodiscard]] inline cp_ladder ladder(const problem& pr, std::int32_t s) {
   return {pr.min_cp_of[static_cast<std::size_t>(s)], pr.options.effective_max_cp()};
+}
+
+//! The contiguous problem `pr` on its aligned sizes alone (powers of two at aligned first ranks,
+//! each a legal contiguous group of the same cost), its costs tabulated, with `pr`'s micro-batch
+//! overhead fixed as an option so that both price a round alike; empty where those sizes cannot
+//! hold the batch (a smallest size that is not a power of two, a sample too long for them).
+template <class Estimator>
+[[nodiscard]] std::optional<problem> aligned_problem(const problem& pr,
+                                                     const Estimator& estimator) {
+  plan_options o = pr.options;
+  const auto largest =
+      static_cast<std::int32_t>(std::bit_floor(static_cast<std::uint32_t>(o.effective_max_cp())));
+  if (!is_power_of_two(o.min_cp) || largest < o.min_cp)
+    return std::nullopt;
+  o.group_topology = topology::aligned;
+  o.max_cp = largest;
+  o.microbatch_overhead = microbatch_overhead(pr, estimator);
+  if (!check_problem(o, pr.lengths))
+    return std::nullopt;
+  std::optional<problem> aligned = make_problem(o, pr.lengths);
+  tabulate_costs(*aligned, estimator);
+  return aligned;
 }
 
 //! A CP size per sample and the sample's cost there.

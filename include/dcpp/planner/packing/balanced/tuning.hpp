@@ -113,6 +113,17 @@ struct balanced_tuning {
   //! megatron_greedy's 0.90; on 256 and 1,024 ranks 0.6% and 3% slower). It costs a
   //! megatron_greedy run (0.6 s on 16,384 contiguous ranks). 0 drops it.
   double megatron_samples_per_rank = 16;
+  //! In the contiguous topology, the portfolio also runs on the aligned sizes alone (powers of
+  //! two, aligned first ranks: legal contiguous groups at the same cost), and the local search
+  //! improves that plan with every contiguous size. The contiguous ladders (a sample's smallest
+  //! size, doubled) cut the world into ranges that pack worse: on the two-tier h100 model
+  //! long_tail/s1 went 0.873 -> 0.943 of the bound with it, and long_tail/s2 and /s3, 1% slower
+  //! than megatron_greedy before, now beat it. It about doubles the planning time there, so it
+  //! runs only where the best plan so far is more than `aligned_gap` above the lower bound (under
+  //! length^2/cp the contiguous plans are within 0.1% of it, and short_only/s1 would take 81 ms
+  //! instead of 39 for nothing).
+  bool aligned_in_contiguous = true;
+  double aligned_gap = 5e-3;
   //! A plan within this fraction of the lower bound ends the portfolio: no other step or pass
   //! can gain more than rounding noise...
   double bound_reached = 1e-9;
@@ -136,6 +147,15 @@ struct balanced_tuning {
   std::int32_t wide_candidates = 64;
   std::int32_t narrow_candidates = 8;
   std::int64_t wide_search_limit = std::int64_t{1} << 18;
+  //! From `final_search_from` on, the best plan goes through the search once more with
+  //! `final_candidates` candidates, where it is not yet at the lower bound: once on one plan is
+  //! cheap where every construction's would not be (long_tail/1024 on the two-tier h100 model:
+  //! 19.794 -> 19.758 s for a few ms, past megatron_greedy's contiguous 19.787; with 32 for
+  //! every construction, long_tail/1024 under length^2/cp took 57 ms instead of 35). Below the
+  //! limit it would cost the small batches their time targets (sft_lognormal/s1: 0.85 -> 1.2 ms
+  //! for 0.002%). Not below `narrow_candidates`.
+  std::int32_t final_candidates = 32;
+  std::int64_t final_search_from = std::int64_t{1} << 22;
   //! Swaps: samples of other groups examined per sample of the critical group and CP size. A
   //! swap looks at every sample of each candidate group, so groups of hundreds of tiny samples
   //! made the search quadratic in them (20,000 samples of 1-64 tokens on 6 ranks with a
@@ -174,10 +194,12 @@ struct balanced_tuning {
              at_least("spill_passes", spill_passes, 0),
              at_least("improvement_sweeps", improvement_sweeps, 0),
              at_least("tiled_limit", tiled_limit, 0),
+             at_least("final_search_from", final_search_from, 0),
              at_least("moves_per_rank", moves_per_rank, 0),
              at_least("wide_candidates", wide_candidates, 1),
              at_least("narrow_candidates", narrow_candidates, 1),
              at_least("swap_samples", swap_samples, 1),
+             at_least("final_candidates", final_candidates, narrow_candidates),
              within("reach_area", reach_area, 0, big),
              within("narrow_reach_area", narrow_reach_area, 0, big),
              within("wide_reach_area", wide_reach_area, 0, big),
@@ -189,6 +211,7 @@ struct balanced_tuning {
              within("improve_within", improve_within, 1, big),
              within("megatron_improve_within", megatron_improve_within, 1, big),
              within("megatron_samples_per_rank", megatron_samples_per_rank, 0, big),
+             within("aligned_gap", aligned_gap, 0, big),
              within("area_noise", area_noise, 0.5, 1),
              within("gain_epsilon", gain_epsilon, 0, 1),
              within("bound_reached", bound_reached, 0, 1),
