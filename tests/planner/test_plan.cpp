@@ -15,6 +15,7 @@
 #include "dcpp/planner/plan.hpp"
 #include "dcpp/planner/plan_hash.hpp"
 #include "dcpp/planner/transformer_cost.hpp"
+#include "dcpp/planner/validate.hpp"
 #include "dcpp/workload/generators.hpp"
 
 namespace {
@@ -102,6 +103,67 @@ TEST_CASE("plan: lower_bound equals a brute-force minimum over every feasible cp
     CHECK(dcpp::lower_bound(pr, e) ==
           doctest::Approx(std::max(area / o.world_size, longest) + k_min * 5e-3).epsilon(1e-12));
   }
+}
+
+TEST_CASE("plan: budget_lower_bound charges the rounds the longest samples force") {
+  // 4 aligned ranks, groups of at most 2, M = 100, length^2/cp: a 200-token sample needs a
+  // whole group of 2 (100 tokens per rank, 20000 time, area 40000), and no two such share a
+  // rank. Two of them fill a round; a third has a round of its own, whose other two ranks take
+  // at most 200 tokens of the 10-token samples (100 each, 10 per rank: 2000 of the 40000 free
+  // rank time). DESIGN.md's bound: (3 x 40000 + 100 x 100) / 4 = 32500; no sample is heavy
+  // (none needs more than half the world), so the idle-ranks term adds nothing; the rounds the
+  // 200-token samples force do: (130000 + 40000 - 2000) / 4 = 42000.
+  auto o = opts(4, 100);
+  o.max_cp = 2;
+  o.microbatch_overhead = 0.0;
+  std::vector<std::int64_t> lengths(103, 10);
+  lengths[0] = lengths[1] = lengths[2] = 200;
+  const auto pr = dcpp::make_problem(o, lengths);
+  const dcpp::megatron_cost e;
+  CHECK(dcpp::lower_bound(pr, e) == doctest::Approx(32500.0));
+  CHECK(dcpp::budget_lower_bound(pr, e) == doctest::Approx(42000.0));
+  // a plan at the bound: the two in one round, the third beside 20 short samples, the other 80
+  // in two rounds of 10 per rank
+  dcpp::plan p;
+  p.world_size = 4;
+  p.max_tokens_per_rank = 100;
+  p.lengths = lengths;
+  std::int32_t next = 3;
+  const auto take = [&](std::int32_t count) {
+    std::vector<std::int32_t> ids;
+    for (std::int32_t i = 0; i < count; ++i)
+      ids.push_back(next++);
+    return ids;
+  };
+  p.microbatches.push_back({{{0, 2, {0}}, {2, 2, {1}}}, 0, 0});
+  p.microbatches.push_back({{{0, 2, {2}}, {2, 1, take(10)}, {3, 1, take(10)}}, 0, 0});
+  for (int round = 0; round < 2; ++round)
+    p.microbatches.push_back(
+        {{{0, 1, take(10)}, {1, 1, take(10)}, {2, 1, take(10)}, {3, 1, take(10)}}, 0, 0});
+  REQUIRE(next == 103);
+  REQUIRE(dcpp::validate(p, o).ok());
+  dcpp::evaluate(p, pr, e);
+  CHECK(p.metrics.estimated_step_time == doctest::Approx(42000.0));
+  // with groups of 4 allowed, a 200-token sample spreads over the world (10000 on each rank)
+  // and nothing is forced: the bound is DESIGN.md's again
+  o.max_cp = 0;
+  const auto wide = dcpp::make_problem(o, lengths);
+  CHECK(dcpp::budget_lower_bound(wide, e) == doctest::Approx(dcpp::lower_bound(wide, e)));
+
+  // Five 150-token samples on 8 ranks (groups of 2, 76 tokens per rank, 11250 time): their
+  // tokens (760) fit one round's 800, but no two share a rank, so a round holds at most four.
+  // The least charge deals them 3 + 2: 8 x 11250 - 3 x 22500 - 3440 (344 free tokens of
+  // 10-token samples) = 19060, and 90000 - 45000 - 4960 = 40040 (4 + 1 charges 61020).
+  auto eight = opts(8, 100);
+  eight.max_cp = 2;
+  eight.microbatch_overhead = 0.0;
+  std::vector<std::int64_t> five(105, 10);
+  for (std::size_t i = 0; i < 5; ++i)
+    five[i] = 150;
+  const auto pf = dcpp::make_problem(eight, five);
+  CHECK(dcpp::lower_bound(pf, e) == doctest::Approx((5 * 22500.0 + 10000) / 8));
+  CHECK(dcpp::budget_lower_bound(pf, e) ==
+        doctest::Approx((5 * 22500.0 + 10000 + 19060 + 40040) / 8));
 }
 
 TEST_CASE("plan: budget_lower_bound counts the idle ranks beside a heavy sample") {

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -38,6 +41,173 @@ double lower_bound(const problem& pr, const Estimator& estimator) {
   return detail::lower_bound(pr, estimator, min_microbatches(pr));
 }
 
+namespace detail {
+//! The forced-round term of `budget_lower_bound`, before the micro-batch overhead (see there);
+//! 0 where the batch has more legal sizes than it examines. `least_area`, `least_time`,
+//! `least_tokens`: per sample over its legal sizes (rank-tokens: tokens per rank x size).
+template <workload_estimator Estimator>
+double forced_round_bound(const problem& pr, const Estimator& estimator,
+                          const std::vector<double>& least_area,
+                          const std::vector<double>& least_time,
+                          const std::vector<double>& least_tokens) {
+  constexpr std::size_t most_big = 6;    // big samples: 2^6 rounds' subsets, 3^6 partitions
+  constexpr std::size_t most_sizes = 16; // sizes per big sample: the choices multiply
+  const std::size_t n = pr.size();
+  if (n == 0 || pr.cp_sizes.size() > most_sizes)
+    return 0;
+  const double world = pr.options.world_size;
+  const double budget = static_cast<double>(pr.options.max_tokens_per_rank);
+  const double capacity = world * budget;
+  double total = 0;
+  for (const double a : least_area)
+    total += a;
+  // the big samples: the costliest by least time
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i)
+    order[i] = i;
+  const std::size_t m = std::min(most_big, n);
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(m), order.end(),
+                    [&](std::size_t a, std::size_t b) {
+                      return least_time[a] != least_time[b] ? least_time[a] > least_time[b] : a < b;
+                    });
+  struct option {
+    double time;
+    double area;
+    double ranks;
+    double tokens; // per rank
+  };
+  std::vector<std::vector<option>> options(m);
+  std::vector<bool> big(n, false);
+  for (std::size_t k = 0; k < m; ++k) {
+    const std::size_t i = order[k];
+    big[i] = true;
+    for (const std::int32_t cp : pr.cp_sizes)
+      if (cp >= pr.min_cp_of[i]) {
+        const double w = sample_cost(pr, estimator, i, cp);
+        options[k].push_back(
+            {w, w * cp, static_cast<double>(cp), static_cast<double>(pr.rank_tokens(i, cp))});
+      }
+  }
+  for (auto& os : options) // the search tries the least area first
+    std::sort(os.begin(), os.end(), [](const option& a, const option& b) {
+      return a.area != b.area ? a.area < b.area : a.time < b.time;
+    });
+  // the other samples as a fractional knapsack: least area per least rank-tokens, densest first
+  struct item {
+    double density;
+    double tokens;
+    std::size_t id;
+  };
+  std::vector<item> small;
+  for (std::size_t i = 0; i < n; ++i)
+    if (!big[i])
+      small.push_back({least_area[i] / least_tokens[i], least_tokens[i], i});
+  std::sort(small.begin(), small.end(), [](const item& a, const item& b) {
+    return a.density != b.density ? a.density > b.density : a.id < b.id;
+  });
+  std::vector<double> tokens_before(small.size() + 1, 0);
+  std::vector<double> area_before(small.size() + 1, 0);
+  for (std::size_t s = 0; s < small.size(); ++s) {
+    tokens_before[s + 1] = tokens_before[s] + small[s].tokens;
+    area_before[s + 1] = area_before[s] + small[s].density * small[s].tokens;
+  }
+  const auto carried = [&](double room) { // the most least area `room` rank-tokens carry
+    if (room <= 0)
+      return 0.0;
+    const auto s = static_cast<std::size_t>(
+        std::upper_bound(tokens_before.begin(), tokens_before.end(), room) - tokens_before.begin());
+    if (s > small.size())
+      return area_before.back();
+    return area_before[s - 1] + small[s - 1].density * (room - tokens_before[s - 1]);
+  };
+  // The least charge of a round of time t holding the big samples of `mask`: the least total
+  // area of sizes no slower than t such that every set of pieces no two of which fit one rank's
+  // budget fits the world side by side; then their area past the least, plus the rank time t
+  // leaves that the rest cannot fill within the budget. (Pieces too slow to share a rank's time
+  // are not kept apart: the round may be slower than t, and the charge is taken at t.)
+  // The search stops, and the term is dropped, past `most_visits` steps.
+  constexpr std::int64_t most_visits = std::int64_t{1} << 18;
+  std::int64_t visits = 0;
+  std::vector<std::size_t> members;
+  std::vector<const option*> chosen(m);
+  double least_sum = 0;
+  const auto least_total_area = [&](double t) {
+    double best = std::numeric_limits<double>::infinity();
+    const auto search = [&](const auto& self, std::size_t at, double area,
+                            double by_tokens) -> void {
+      if (area >= best || by_tokens > world || ++visits > most_visits)
+        return;
+      if (at == members.size()) {
+        // pieces no two of which fit one rank's budget need ranks of their own
+        const std::size_t sets = std::size_t{1} << at;
+        for (std::size_t set = 3; set < sets; ++set) {
+          if (std::popcount(set) < 2)
+            continue;
+          double ranks = 0;
+          bool apart = true;
+          for (std::size_t a = 0; a < at && apart; ++a) {
+            if (!((set >> a) & 1))
+              continue;
+            ranks += chosen[a]->ranks;
+            for (std::size_t b = a + 1; b < at && apart; ++b)
+              if ((set >> b) & 1)
+                apart = chosen[a]->tokens + chosen[b]->tokens > budget;
+          }
+          if (apart && ranks > world)
+            return;
+        }
+        best = area;
+        return;
+      }
+      for (const option& o : options[members[at]])
+        if (o.time <= t) {
+          chosen[at] = &o;
+          self(self, at + 1, area + o.area, by_tokens + (2 * o.tokens > budget ? o.ranks : 0));
+        }
+    };
+    search(search, 0, 0.0, 0.0);
+    return best;
+  };
+  const std::size_t subsets = std::size_t{1} << m;
+  std::vector<double> charge(subsets, std::numeric_limits<double>::infinity());
+  for (std::size_t mask = 1; mask < subsets; ++mask) {
+    members.clear();
+    double tokens = 0;
+    least_sum = 0;
+    for (std::size_t k = 0; k < m; ++k)
+      if ((mask >> k) & 1) {
+        members.push_back(k);
+        tokens += least_tokens[order[k]];
+        least_sum += least_area[order[k]];
+      }
+    if (tokens > capacity)
+      continue; // never in one round
+    const double fill = carried(capacity - tokens);
+    for (const std::size_t k : members)
+      for (const option& candidate : options[k]) {
+        const double t = candidate.time;
+        const double area = least_total_area(t);
+        if (!(area < std::numeric_limits<double>::infinity()))
+          continue; // no such sizes fit the world
+        charge[mask] =
+            std::min(charge[mask], area - least_sum + std::max(0.0, world * t - area - fill));
+      }
+  }
+  if (visits > most_visits)
+    return 0;
+  // the big samples dealt into rounds: the least total charge over the partitions
+  std::vector<double> best(subsets, std::numeric_limits<double>::infinity());
+  best[0] = 0;
+  for (std::size_t mask = 1; mask < subsets; ++mask) {
+    const std::size_t low = mask & (~mask + 1);
+    for (std::size_t sub = mask; sub != 0; sub = (sub - 1) & mask)
+      if (sub & low)
+        best[mask] = std::min(best[mask], charge[sub] + best[mask ^ sub]);
+  }
+  return (total + best[subsets - 1]) / world;
+}
+} // namespace detail
+
 //! A lower bound that also counts the token budget (DESIGN.md's `lower_bound` ignores it), for
 //! judging how much of a gap any plan could close; always >= `lower_bound`.
 //! Heavy samples (smallest legal CP size above half the world, and more than half the budget
@@ -51,7 +221,19 @@ double lower_bound(const problem& pr, const Estimator& estimator) {
 //!   N * sum_k T_k >= sum_h N w_h + A_light - min(KS(sum_h (N - c_h) M), sum_h (N - c_h) w_h)
 //! (each heavy sample at its cheapest size for the first sum and its smallest for the rest: a
 //! valid relaxation of the choice of sizes), and every plan has at least max(token minimum,
-//! heavy samples) rounds of overhead. Without heavy samples it equals `lower_bound`.
+//! heavy samples) rounds of overhead.
+//! Forced rounds (`detail::forced_round_bound`; where the options allow at most 16 sizes): the
+//! six samples of longest least time ("big") each sit in some round, whose time T is at least
+//! theirs; the round's N x T rank time is their area plus what the other samples bring, and
+//! those bring at most `KS(N M - their rank-tokens)` of least area. So each round holding a set
+//! S of big samples costs, besides every sample's least area,
+//!   charge(S) = min over T of  sum_S (a_j - least_j) + (N T - sum_S a_j - KS(N M - tok_S))^+
+//! with each a_j the area of a size no slower than T, where the big pieces that cannot share a
+//! rank (two together over the budget) must fit the N ranks side by side; T runs over the big
+//! samples' times at their sizes (the charge only grows with T between them), and the rounds
+//! are the least-charge partition of the big samples (a subset DP):
+//!   N * sum_k T_k >= sum_i least_i + min over partitions of sum charge(S).
+//! Without heavy samples or forcing rounds it equals `lower_bound`.
 template <workload_estimator Estimator>
 double budget_lower_bound(const problem& pr, const Estimator& estimator) {
   const std::int32_t world = pr.options.world_size;
@@ -75,6 +257,9 @@ double budget_lower_bound(const problem& pr, const Estimator& estimator) {
     std::size_t id;
   };
   std::vector<item> light;
+  std::vector<double> areas(pr.size()); // per sample: least area, least time, least rank-tokens
+  std::vector<double> times(pr.size());
+  std::vector<double> tokens(pr.size());
   for (std::size_t i = 0; i < pr.size(); ++i) {
     double least_area = std::numeric_limits<double>::infinity();
     double least_time = std::numeric_limits<double>::infinity();
@@ -91,6 +276,9 @@ double budget_lower_bound(const problem& pr, const Estimator& estimator) {
     }
     area += least_area;
     longest = std::max(longest, least_time);
+    areas[i] = least_area;
+    times[i] = least_time;
+    tokens[i] = least_tokens;
     if (is_heavy(i)) {
       ++heavy;
       heavy_time += n * least_time;
@@ -120,7 +308,8 @@ double budget_lower_bound(const problem& pr, const Estimator& estimator) {
   // without heavy samples every term is lower_bound's (the same sums in the same order)
   const double work_bound =
       heavy == 0 ? 0.0 : (heavy_time + light_area - std::min(carried, free_time)) / n;
-  return std::max({area / n, longest, work_bound}) +
+  const double forced = detail::forced_round_bound(pr, estimator, areas, times, tokens);
+  return std::max({area / n, longest, work_bound, forced}) +
          static_cast<double>(std::max<std::size_t>(static_cast<std::size_t>(k_min), heavy)) *
              overhead;
 }
