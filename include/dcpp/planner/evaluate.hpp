@@ -50,7 +50,7 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
                           const std::vector<double>& least_area,
                           const std::vector<double>& least_time,
                           const std::vector<double>& least_tokens) {
-  constexpr std::size_t most_big = 6;    // big samples: 2^6 rounds' subsets, 3^6 partitions
+  constexpr std::size_t most_big = 8;    // big samples: 2^8 rounds' subsets, 3^8 partitions
   constexpr std::size_t most_sizes = 16; // sizes per big sample: the choices multiply
   const std::size_t n = pr.size();
   if (n == 0 || pr.cp_sizes.size() > most_sizes)
@@ -223,7 +223,7 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
 //! valid relaxation of the choice of sizes), and every plan has at least max(token minimum,
 //! heavy samples) rounds of overhead.
 //! Forced rounds (`detail::forced_round_bound`; where the options allow at most 16 sizes): the
-//! six samples of longest least time ("big") each sit in some round, whose time T is at least
+//! eight samples of longest least time ("big") each sit in some round, whose time T is at least
 //! theirs; the round's N x T rank time is their area plus what the other samples bring, and
 //! those bring at most `KS(N M - their rank-tokens)` of least area. So each round holding a set
 //! S of big samples costs, besides every sample's least area,

@@ -328,10 +328,15 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
     best_step = a.step_time();
     best = a.to_plan(name);
   }
-  // A large batch's best plan: the search once more with more candidates (`final_candidates`)
-  if (size >= tuning.final_search_from && candidates < tuning.final_candidates && !at_bound()) {
+  // The best plan: the search once more with more candidates (`final_candidates_factor`), on
+  // small and on large batches
+  if ((size < tuning.wide_search_limit || size >= tuning.final_search_from) &&
+      tuning.final_candidates_factor > 1 && !at_bound()) {
     state a = state::from_plan(costs, best);
-    detail::improve(a, tuning, tuning.final_candidates);
+    detail::improve(a, tuning,
+                    static_cast<std::int32_t>(std::min<std::int64_t>(
+                        std::int64_t{candidates} * tuning.final_candidates_factor,
+                        std::numeric_limits<std::int32_t>::max())));
     if (a.step_time() < best_step) {
       best_step = a.step_time();
       best = a.to_plan(name);

@@ -93,7 +93,7 @@ TEST_CASE("tiled: refused past its round and work limits") {
 TEST_CASE("tiled: a size that does not divide the world balances under length^2/cp") {
   // the benchmark's long_tail/24/s2: 768 samples up to 96K on 24 ranks, 8,192 tokens per rank;
   // the widest size, 16, leaves 8 ranks for a group of 8 each round. balanced had 0.913 of the
-  // budget-aware bound without this construction
+  // budget-aware bound without this construction (0.930 since the last, wider search)
   const dcpp::plan_options o = options_for(24, 8192);
   const auto lengths = dcpp::workload::long_tail(768, 2, 0.025, 98304);
   const dcpp::problem pr = dcpp::make_problem(o, lengths);
@@ -103,6 +103,6 @@ TEST_CASE("tiled: a size that does not divide the world balances under length^2/
   const auto before = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, without);
   const auto p = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{});
   check_invariants(p, o);
-  CHECK(bound / before.metrics.estimated_step_time < 0.93);
+  CHECK(bound / before.metrics.estimated_step_time < 0.935);
   CHECK(bound / p.metrics.estimated_step_time > 0.96);
 }

@@ -147,14 +147,16 @@ struct balanced_tuning {
   std::int32_t wide_candidates = 64;
   std::int32_t narrow_candidates = 8;
   std::int64_t wide_search_limit = std::int64_t{1} << 18;
-  //! From `final_search_from` on, the best plan goes through the search once more with
-  //! `final_candidates` candidates, where it is not yet at the lower bound: once on one plan is
-  //! cheap where every construction's would not be (long_tail/1024 on the two-tier h100 model:
-  //! 19.794 -> 19.758 s for a few ms, past megatron_greedy's contiguous 19.787; with 32 for
-  //! every construction, long_tail/1024 under length^2/cp took 57 ms instead of 35). Below the
-  //! limit it would cost the small batches their time targets (sft_lognormal/s1: 0.85 -> 1.2 ms
-  //! for 0.002%). Not below `narrow_candidates`.
-  std::int32_t final_candidates = 32;
+  //! The best plan goes through the search once more with `final_candidates_factor` times the
+  //! candidates, where it is not at the lower bound yet, on batches below `wide_search_limit`
+  //! (64 -> 256) and from `final_search_from` on (8 -> 32); once, on one plan, it costs a few to
+  //! 25 ms where a wider search for every construction would not. Two-tier: long_tail/1024
+  //! 19.794 -> 19.758 s (past megatron_greedy's contiguous 19.787) for 6 ms, long_tail/s1
+  //! 9.430 -> 9.423 and bimodal/96/s2 16.221 -> 16.196 for 12-19 ms; 32 for every construction
+  //! took long_tail/1024 under length^2/cp from 35 to 57 ms. Between the two (where the 1 ms
+  //! target of 4,096 samples on 64 ranks lies) it would cost sft_lognormal/s1 0.85 -> 1.2 ms for
+  //! 0.002%.
+  std::int32_t final_candidates_factor = 4;
   std::int64_t final_search_from = std::int64_t{1} << 22;
   //! Swaps: samples of other groups examined per sample of the critical group and CP size. A
   //! swap looks at every sample of each candidate group, so groups of hundreds of tiny samples
@@ -199,7 +201,7 @@ struct balanced_tuning {
              at_least("wide_candidates", wide_candidates, 1),
              at_least("narrow_candidates", narrow_candidates, 1),
              at_least("swap_samples", swap_samples, 1),
-             at_least("final_candidates", final_candidates, narrow_candidates),
+             at_least("final_candidates_factor", final_candidates_factor, 1),
              within("reach_area", reach_area, 0, big),
              within("narrow_reach_area", narrow_reach_area, 0, big),
              within("wide_reach_area", wide_reach_area, 0, big),
