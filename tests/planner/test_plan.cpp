@@ -8,10 +8,12 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/evaluate.hpp"
+#include "dcpp/planner/packing.hpp"
 #include "dcpp/planner/plan.hpp"
 #include "dcpp/planner/plan_hash.hpp"
 #include "dcpp/planner/transformer_cost.hpp"
@@ -27,6 +29,32 @@ struct cost_only {
 dcpp::plan_options opts(std::int32_t n, std::int64_t m) {
   return dcpp_test::options(n, m);
 }
+
+// A plan dealt by hand through dcpp::plan_builder (each step checked): `round` adds a
+// micro-batch of groups (first rank, size, samples), `take` the next `count` sample ids from
+// `next` on (the short samples, in order).
+struct dealt_plan {
+  dcpp::plan_builder builder;
+  std::int32_t next;
+  struct group {
+    std::int32_t first_rank;
+    std::int32_t cp;
+    std::vector<std::int32_t> samples;
+  };
+  dealt_plan(const dcpp::problem& pr, std::int32_t first_short)
+      : builder(pr, "by hand"), next(first_short) {}
+  std::vector<std::int32_t> take(std::int32_t count) {
+    std::vector<std::int32_t> ids;
+    for (std::int32_t i = 0; i < count; ++i)
+      ids.push_back(next++);
+    return ids;
+  }
+  void round(const std::vector<group>& groups) {
+    const std::size_t mb = builder.add_microbatch();
+    for (const group& g : groups)
+      builder.add_group(mb, g.first_rank, g.cp, g.samples);
+  }
+};
 
 // lengths 100, 900, 3000 on 4 ranks, M = 1000: sample 2 needs cp 4
 dcpp::plan hand_plan() {
@@ -124,23 +152,13 @@ TEST_CASE("plan: budget_lower_bound charges the rounds the longest samples force
   CHECK(dcpp::budget_lower_bound(pr, e) == doctest::Approx(42000.0));
   // a plan at the bound: the two in one round, the third beside 20 short samples, the other 80
   // in two rounds of 10 per rank
-  dcpp::plan p;
-  p.world_size = 4;
-  p.max_tokens_per_rank = 100;
-  p.lengths = lengths;
-  std::int32_t next = 3;
-  const auto take = [&](std::int32_t count) {
-    std::vector<std::int32_t> ids;
-    for (std::int32_t i = 0; i < count; ++i)
-      ids.push_back(next++);
-    return ids;
-  };
-  p.microbatches.push_back({{{0, 2, {0}}, {2, 2, {1}}}, 0, 0});
-  p.microbatches.push_back({{{0, 2, {2}}, {2, 1, take(10)}, {3, 1, take(10)}}, 0, 0});
+  dealt_plan d(pr, 3);
+  d.round({{0, 2, {0}}, {2, 2, {1}}});
+  d.round({{0, 2, {2}}, {2, 1, d.take(10)}, {3, 1, d.take(10)}});
   for (int round = 0; round < 2; ++round)
-    p.microbatches.push_back(
-        {{{0, 1, take(10)}, {1, 1, take(10)}, {2, 1, take(10)}, {3, 1, take(10)}}, 0, 0});
-  REQUIRE(next == 103);
+    d.round({{0, 1, d.take(10)}, {1, 1, d.take(10)}, {2, 1, d.take(10)}, {3, 1, d.take(10)}});
+  REQUIRE(d.next == 103);
+  dcpp::plan p = std::move(d.builder).finish();
   REQUIRE(dcpp::validate(p, o).ok());
   dcpp::evaluate(p, pr, e);
   CHECK(p.metrics.estimated_step_time == doctest::Approx(42000.0));
@@ -182,22 +200,13 @@ TEST_CASE("plan: budget_lower_bound counts the idle ranks beside a heavy sample"
   CHECK(dcpp::lower_bound(pr, e) == doctest::Approx(20000.0));
   CHECK(dcpp::budget_lower_bound(pr, e) == doctest::Approx(20000.0 + 19000.0 / 3));
   // a plan that reaches it up to the last round's rounding: 20000 + 6 x 1000 + 400
-  dcpp::plan p;
-  p.world_size = 3;
-  p.max_tokens_per_rank = 100;
-  p.lengths = lengths;
-  std::int32_t next = 1;
-  const auto take = [&](std::int32_t count) {
-    std::vector<std::int32_t> ids;
-    for (std::int32_t i = 0; i < count; ++i)
-      ids.push_back(next++);
-    return ids;
-  };
-  p.microbatches.push_back({{{0, 2, {0}}, {2, 1, take(10)}}, 0, 0});
+  dealt_plan d(pr, 1);
+  d.round({{0, 2, {0}}, {2, 1, d.take(10)}});
   for (int round = 0; round < 6; ++round)
-    p.microbatches.push_back({{{0, 1, take(10)}, {1, 1, take(10)}, {2, 1, take(10)}}, 0, 0});
-  p.microbatches.push_back({{{0, 1, take(4)}, {1, 1, take(3)}, {2, 1, take(3)}}, 0, 0});
-  REQUIRE(next == 201);
+    d.round({{0, 1, d.take(10)}, {1, 1, d.take(10)}, {2, 1, d.take(10)}});
+  d.round({{0, 1, d.take(4)}, {1, 1, d.take(3)}, {2, 1, d.take(3)}});
+  REQUIRE(d.next == 201);
+  dcpp::plan p = std::move(d.builder).finish();
   dcpp::evaluate(p, pr, e);
   CHECK(p.metrics.estimated_step_time == doctest::Approx(26400.0));
   CHECK(p.metrics.estimated_step_time >= dcpp::budget_lower_bound(pr, e));

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "dcpp/core/math.hpp"
@@ -42,14 +43,53 @@ double lower_bound(const problem& pr, const Estimator& estimator) {
 }
 
 namespace detail {
+//! The fractional knapsack of samples' least areas by their least rank-tokens, for
+//! `budget_lower_bound`: `carried(room)` is the most least area samples of at most `room`
+//! rank-tokens in all can carry (the densest by area per rank-token first, the last in part).
+class least_area_knapsack {
+public:
+  struct item {
+    double density; // least area per least rank-tokens
+    double tokens;  // least rank-tokens
+    std::size_t id;
+  };
+  explicit least_area_knapsack(std::vector<item> items) : items_(std::move(items)) {
+    std::sort(items_.begin(), items_.end(), [](const item& a, const item& b) {
+      return a.density != b.density ? a.density > b.density : a.id < b.id;
+    });
+    tokens_before_.assign(items_.size() + 1, 0);
+    area_before_.assign(items_.size() + 1, 0);
+    for (std::size_t s = 0; s < items_.size(); ++s) {
+      tokens_before_[s + 1] = tokens_before_[s] + items_[s].tokens;
+      area_before_[s + 1] = area_before_[s] + items_[s].density * items_[s].tokens;
+    }
+  }
+  [[nodiscard]] double carried(double room) const {
+    if (room <= 0)
+      return 0.0;
+    const auto s = static_cast<std::size_t>(
+        std::upper_bound(tokens_before_.begin(), tokens_before_.end(), room) -
+        tokens_before_.begin());
+    if (s > items_.size())
+      return area_before_.back();
+    return area_before_[s - 1] + items_[s - 1].density * (room - tokens_before_[s - 1]);
+  }
+
+private:
+  std::vector<item> items_;
+  std::vector<double> tokens_before_; // prefix sums in knapsack order
+  std::vector<double> area_before_;
+};
+
 //! The forced-round term of `budget_lower_bound`, before the micro-batch overhead (see there);
 //! 0 where the batch has more legal sizes than it examines. `least_area`, `least_time`,
-//! `least_tokens`: per sample over its legal sizes (rank-tokens: tokens per rank x size).
+//! `least_tokens`: per sample over its legal sizes (rank-tokens: tokens per rank x size);
+//! `total`: the sum of `least_area`.
 template <workload_estimator Estimator>
 double forced_round_bound(const problem& pr, const Estimator& estimator,
                           const std::vector<double>& least_area,
                           const std::vector<double>& least_time,
-                          const std::vector<double>& least_tokens) {
+                          const std::vector<double>& least_tokens, double total) {
   constexpr std::size_t most_big = 8;    // big samples: 2^8 rounds' subsets, 3^8 partitions
   constexpr std::size_t most_sizes = 16; // sizes per big sample: the choices multiply
   const std::size_t n = pr.size();
@@ -58,9 +98,6 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
   const double world = pr.options.world_size;
   const double budget = static_cast<double>(pr.options.max_tokens_per_rank);
   const double capacity = world * budget;
-  double total = 0;
-  for (const double a : least_area)
-    total += a;
   // the big samples: the costliest by least time
   std::vector<std::size_t> order(n);
   for (std::size_t i = 0; i < n; ++i)
@@ -92,34 +129,12 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
     std::sort(os.begin(), os.end(), [](const option& a, const option& b) {
       return a.area != b.area ? a.area < b.area : a.time < b.time;
     });
-  // the other samples as a fractional knapsack: least area per least rank-tokens, densest first
-  struct item {
-    double density;
-    double tokens;
-    std::size_t id;
-  };
-  std::vector<item> small;
+  // the other samples as a fractional knapsack
+  std::vector<least_area_knapsack::item> small;
   for (std::size_t i = 0; i < n; ++i)
     if (!big[i])
       small.push_back({least_area[i] / least_tokens[i], least_tokens[i], i});
-  std::sort(small.begin(), small.end(), [](const item& a, const item& b) {
-    return a.density != b.density ? a.density > b.density : a.id < b.id;
-  });
-  std::vector<double> tokens_before(small.size() + 1, 0);
-  std::vector<double> area_before(small.size() + 1, 0);
-  for (std::size_t s = 0; s < small.size(); ++s) {
-    tokens_before[s + 1] = tokens_before[s] + small[s].tokens;
-    area_before[s + 1] = area_before[s] + small[s].density * small[s].tokens;
-  }
-  const auto carried = [&](double room) { // the most least area `room` rank-tokens carry
-    if (room <= 0)
-      return 0.0;
-    const auto s = static_cast<std::size_t>(
-        std::upper_bound(tokens_before.begin(), tokens_before.end(), room) - tokens_before.begin());
-    if (s > small.size())
-      return area_before.back();
-    return area_before[s - 1] + small[s - 1].density * (room - tokens_before[s - 1]);
-  };
+  const least_area_knapsack others(std::move(small));
   // The least charge of a round of time t holding the big samples of `mask`: the least total
   // area of sizes no slower than t such that every set of pieces no two of which fit one rank's
   // budget fits the world side by side; then their area past the least, plus the rank time t
@@ -182,7 +197,7 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
       }
     if (tokens > capacity)
       continue; // never in one round
-    const double fill = carried(capacity - tokens);
+    const double fill = others.carried(capacity - tokens);
     for (const std::size_t k : members)
       for (const option& candidate : options[k]) {
         const double t = candidate.time;
@@ -251,12 +266,7 @@ double budget_lower_bound(const problem& pr, const Estimator& estimator) {
   double area = 0;        // every sample's least area, and the longest least time: lower_bound
   double longest = 0;
   std::size_t heavy = 0;
-  struct item {
-    double density; // least area per least rank-tokens
-    double tokens;
-    std::size_t id;
-  };
-  std::vector<item> light;
+  std::vector<detail::least_area_knapsack::item> light;
   std::vector<double> areas(pr.size()); // per sample: least area, least time, least rank-tokens
   std::vector<double> times(pr.size());
   std::vector<double> tokens(pr.size());
@@ -289,26 +299,14 @@ double budget_lower_bound(const problem& pr, const Estimator& estimator) {
       light.push_back({least_area / least_tokens, least_tokens, i});
     }
   }
-  double carried = 0; // KS(free_tokens)
-  if (heavy > 0) {
-    std::sort(light.begin(), light.end(), [](const item& a, const item& b) {
-      return a.density != b.density ? a.density > b.density : a.id < b.id;
-    });
-    double capacity = free_tokens;
-    for (const item& it : light) {
-      if (capacity <= 0)
-        break;
-      const double take = std::min(it.tokens, capacity);
-      carried += it.density * take;
-      capacity -= take;
-    }
-  }
+  const double carried = // KS(free_tokens)
+      heavy > 0 ? detail::least_area_knapsack(std::move(light)).carried(free_tokens) : 0.0;
   const double overhead = microbatch_overhead(pr, estimator);
   const std::int32_t k_min = min_microbatches(pr);
   // without heavy samples every term is lower_bound's (the same sums in the same order)
   const double work_bound =
       heavy == 0 ? 0.0 : (heavy_time + light_area - std::min(carried, free_time)) / n;
-  const double forced = detail::forced_round_bound(pr, estimator, areas, times, tokens);
+  const double forced = detail::forced_round_bound(pr, estimator, areas, times, tokens, area);
   return std::max({area / n, longest, work_bound, forced}) +
          static_cast<double>(std::max<std::size_t>(static_cast<std::size_t>(k_min), heavy)) *
              overhead;

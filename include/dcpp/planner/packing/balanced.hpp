@@ -153,12 +153,15 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   double best_step = std::numeric_limits<double>::infinity();
   bool have_plan = false;
   // the lower bound, within the tuning's tolerance: a plan there is not searched further
-  const double floor = lower_bound(pr, estimator) *
-                       (1 + (size <= tuning.levelled_variants_limit ? tuning.bound_reached
-                                                                    : tuning.bound_reached_large));
-  const auto keep_if_faster = [&](state& a, bool search = true) {
+  const double bound = lower_bound(pr, estimator);
+  const double floor =
+      bound * (1 + (size <= tuning.levelled_variants_limit ? tuning.bound_reached
+                                                           : tuning.bound_reached_large));
+  // `a` improved by the local search (with `width` candidates per size, 0: `candidates`) unless
+  // it is at the bound, then kept when it is the fastest so far
+  const auto keep_if_faster = [&](state& a, bool search = true, std::int32_t width = 0) {
     if (search && !(a.step_time() <= floor))
-      detail::improve(a, tuning, candidates);
+      detail::improve(a, tuning, width > 0 ? width : candidates);
     if (const double step = a.step_time(); step < best_step) {
       best_step = step;
       best = a.to_plan(name);
@@ -333,14 +336,10 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   if ((size < tuning.wide_search_limit || size >= tuning.final_search_from) &&
       tuning.final_candidates_factor > 1 && !at_bound()) {
     state a = state::from_plan(costs, best);
-    detail::improve(a, tuning,
-                    static_cast<std::int32_t>(std::min<std::int64_t>(
-                        std::int64_t{candidates} * tuning.final_candidates_factor,
-                        std::numeric_limits<std::int32_t>::max())));
-    if (a.step_time() < best_step) {
-      best_step = a.step_time();
-      best = a.to_plan(name);
-    }
+    keep_if_faster(a, true,
+                   static_cast<std::int32_t>(std::min<std::int64_t>(
+                       std::int64_t{candidates} * tuning.final_candidates_factor,
+                       std::numeric_limits<std::int32_t>::max())));
   }
   // Idle ranks left in a round: its critical group grows into them while that makes the round
   // faster (microbatch_state::grow_critical_into_idle_ranks). Where no construction fills the
@@ -391,7 +390,7 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   // the local search here, where the best so far is not within `aligned_gap` of the lower bound
   // (see `aligned_in_contiguous`).
   if (tuning.aligned_in_contiguous && o.group_topology == topology::contiguous && have_plan &&
-      best_step > lower_bound(pr, estimator) * (1 + tuning.aligned_gap)) {
+      best_step > bound * (1 + tuning.aligned_gap)) {
     if (std::optional<problem> aligned = detail::aligned_problem(pr, estimator)) {
       state a = state::from_plan(costs, pack(*aligned, estimator));
       if (static_cast<std::size_t>(a.rounds()) <= allowed)
