@@ -5,8 +5,10 @@
 // policy on the NCCL communicator's stream) on a GPU. Host code only: no Thrust include here.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <span>
 #include <string>
@@ -174,8 +176,8 @@ concept route_operations = requires(O& o, const route_ops_maps& m, const void* i
 //! unpacks, copies the tokens that stay and fills padding; positions and real-token markers are
 //! worked out on the backend from the layout. `combine` is the inverse route of one per-token
 //! value. The index maps of a micro-batch are made on the host and uploaded once, at its first
-//! use. With `cuda_route_ops`, give it the NCCL communicator's stream so that the backend's
-//! kernels and the collective run in order.
+//! use, and so are the block offsets of each set of fields it carries. With `cuda_route_ops`, give
+//! it the NCCL communicator's stream so that the backend's kernels and the collective run in order.
 template <route_operations Ops, template <class> class Buffer, communicator C,
           payload_field... Fields>
 class device_router {
@@ -228,29 +230,23 @@ public:
     };
     (check(Named::name, shard.template get<Named>().size()), ...);
     throw_unless_agreed(comm_, local);
-    const uploaded& m = maps(mb);
+    uploaded& m = maps(mb);
     batch_type out = layout_only(mb);
     const auto n = static_cast<std::size_t>(out.layout.tokens());
-    // per (peer, field) blocks of the named fields, their offsets uploaded for this call
+    // per (peer, field) blocks of the named fields, made and uploaded at their first use
     const std::size_t sizes[] = {sizeof(typename Named::value_type)...};
-    const field_blocks send_blocks = make_field_blocks(detail::view(m.host.send_tokens), sizes);
-    const field_blocks recv_blocks = make_field_blocks(detail::view(m.host.recv_tokens), sizes);
-    std::vector<Buffer<std::int64_t>> send_offset, recv_offset;
-    for (const auto& o : send_blocks.offset)
-      send_offset.emplace_back(o);
-    for (const auto& o : recv_blocks.offset)
-      recv_offset.emplace_back(o);
-    Buffer<std::byte> send(static_cast<std::size_t>(send_blocks.total));
-    Buffer<std::byte> recv(static_cast<std::size_t>(recv_blocks.total));
+    const block_layout& blocks = m.blocks_for(sizes);
+    Buffer<std::byte> send(static_cast<std::size_t>(blocks.send.total));
+    Buffer<std::byte> recv(static_cast<std::size_t>(blocks.recv.total));
     std::size_t f = 0;
-    (ops_.pack(sizeof(typename Named::value_type), m.send_with(send_offset[f++].data()),
+    (ops_.pack(sizeof(typename Named::value_type), m.send_with(blocks.send_offset[f++].data()),
                shard.template get<Named>().data(), send.data()),
      ...);
     comm_.all_to_all_v(
-        std::span<const std::byte>(send.data(), send.size()), detail::view(send_blocks.bytes),
-        std::span<std::byte>(recv.data(), recv.size()), detail::view(recv_blocks.bytes));
+        std::span<const std::byte>(send.data(), send.size()), detail::view(blocks.send.bytes),
+        std::span<std::byte>(recv.data(), recv.size()), detail::view(blocks.recv.bytes));
     f = 0;
-    (unpack_field<Named>(m, shard, recv, out, n, recv_offset[f++].data()), ...);
+    (unpack_field<Named>(m, shard, recv, out, n, blocks.recv_offset[f++].data()), ...);
     return out;
   }
 
@@ -282,34 +278,56 @@ public:
     throw_unless_agreed(comm_, detail::combine_sizes_status(mb, buffer_values.size(),
                                                             routes_.at(mb).layout.tokens(),
                                                             shard_values.size(), shard_tokens()));
-    const uploaded& m = maps(mb);
+    uploaded& m = maps(mb);
     const std::size_t size = sizeof(T);
-    // the tokens this rank received go back the way they came: out by the receive maps, in by
-    // the send maps
-    const field_blocks out_blocks =
-        make_field_blocks(detail::view(m.host.recv_tokens), std::span<const std::size_t>(&size, 1));
-    const field_blocks in_blocks =
-        make_field_blocks(detail::view(m.host.send_tokens), std::span<const std::size_t>(&size, 1));
-    const Buffer<std::int64_t> out_offset(out_blocks.offset[0]);
-    const Buffer<std::int64_t> in_offset(in_blocks.offset[0]);
-    Buffer<std::byte> out_bytes(static_cast<std::size_t>(out_blocks.total));
-    Buffer<std::byte> in_bytes(static_cast<std::size_t>(in_blocks.total));
-    ops_.pack(size, m.recv_with(out_offset.data()), buffer_values.data(), out_bytes.data());
+    // the tokens this rank received go back the way they came: out by the receive maps and
+    // blocks, in by the send maps and blocks
+    const block_layout& blocks = m.blocks_for(std::span<const std::size_t>(&size, 1));
+    Buffer<std::byte> out_bytes(static_cast<std::size_t>(blocks.recv.total));
+    Buffer<std::byte> in_bytes(static_cast<std::size_t>(blocks.send.total));
+    ops_.pack(size, m.recv_with(blocks.recv_offset[0].data()), buffer_values.data(),
+              out_bytes.data());
     comm_.all_to_all_v(std::span<const std::byte>(out_bytes.data(), out_bytes.size()),
-                       detail::view(out_blocks.bytes),
+                       detail::view(blocks.recv.bytes),
                        std::span<std::byte>(in_bytes.data(), in_bytes.size()),
-                       detail::view(in_blocks.bytes));
-    ops_.unpack(size, m.send_with(in_offset.data()), in_bytes.data(), shard_values.data());
+                       detail::view(blocks.send.bytes));
+    ops_.unpack(size, m.send_with(blocks.send_offset[0].data()), in_bytes.data(),
+                shard_values.data());
     ops_.copy(size, static_cast<std::int64_t>(m.host.local_dest.size()), m.local_dest.data(),
               m.local_source.data(), buffer_values.data(), shard_values.data());
   }
 
 private:
-  //! A micro-batch's maps on the host, their buffer layouts, and their copies in `Buffer`s.
+  //! The all-to-all buffers' blocks for fields of these value sizes, both ways, with each
+  //! field's offsets uploaded.
+  struct block_layout {
+    std::vector<std::size_t> sizes;
+    field_blocks send, recv;
+    std::vector<Buffer<std::int64_t>> send_offset, recv_offset;
+  };
+  //! A micro-batch's maps on the host, their copies in `Buffer`s, and the block layouts of
+  //! the field sets it has carried (a few: the router's fields, a stage's, one per `combine`
+  //! value size), each made once.
   struct uploaded {
     route_maps host;
     Buffer<std::int64_t> send_source, send_slot, recv_dest, recv_slot, local_source, local_dest;
     Buffer<std::int32_t> send_peer, recv_peer;
+    std::deque<block_layout> layouts; // stable references
+
+    [[nodiscard]] const block_layout& blocks_for(std::span<const std::size_t> sizes) {
+      for (const block_layout& b : layouts)
+        if (std::equal(b.sizes.begin(), b.sizes.end(), sizes.begin(), sizes.end()))
+          return b;
+      block_layout& b = layouts.emplace_back();
+      b.sizes.assign(sizes.begin(), sizes.end());
+      b.send = make_field_blocks(detail::view(host.send_tokens), sizes);
+      b.recv = make_field_blocks(detail::view(host.recv_tokens), sizes);
+      for (const auto& o : b.send.offset)
+        b.send_offset.emplace_back(o);
+      for (const auto& o : b.recv.offset)
+        b.recv_offset.emplace_back(o);
+      return b;
+    }
 
     [[nodiscard]] route_ops_maps send_with(const std::int64_t* offset) const {
       return {static_cast<std::int64_t>(host.send_source.size()), send_source.data(),
@@ -321,7 +339,7 @@ private:
     }
   };
 
-  const uploaded& maps(std::size_t mb) {
+  uploaded& maps(std::size_t mb) {
     auto& slot = maps_.at(mb);
     if (!slot) {
       uploaded u;
