@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
       fmt::print(info, "{}", p);
     if (!quiet && budget_bound > p.metrics.lower_bound * (1 + 1e-12))
       fmt::print(info,
-                 "  the token budget raises the lower bound to {:.6g}: no plan can exceed "
+                 "  the budget-aware lower bound is {:.6g}: no plan can exceed "
                  "efficiency {:.4f} on this batch\n",
                  budget_bound, p.metrics.lower_bound / budget_bound);
     if (compare)

@@ -119,7 +119,8 @@ TEST_CASE("dcpp-plan: the demo workload gives a table, a valid plan file and a p
   CHECK(slurp(svg).find("</svg>") != std::string::npos);
 }
 
-TEST_CASE("dcpp-plan: says when the token budget caps the efficiency any plan can reach") {
+TEST_CASE("dcpp-plan: says when the token budget or whole groups cap the efficiency any plan can "
+          "reach") {
   // 3 ranks, groups of at most 2, M = 100: the 200-token sample holds a round of its own whose
   // third rank takes at most 100 tokens of the 10-token samples (budget_lower_bound's case in
   // tests/planner/test_plan.cpp): bound 20000 + 19000 / 3, ceiling 20000 / 26333.3 = 0.7595
@@ -131,13 +132,21 @@ TEST_CASE("dcpp-plan: says when the token budget caps the efficiency any plan ca
                           text);
   CAPTURE(capped.err);
   CHECK(capped.status == 0);
-  CHECK(capped.out.find("the token budget raises the lower bound to 26333.3: no plan can exceed "
+  CHECK(capped.out.find("the budget-aware lower bound is 26333.3: no plan can exceed "
                         "efficiency 0.7595") != std::string::npos);
-  // without such a sample the line is absent
-  const auto plain =
+  // 30, 20 and 10 tokens on 3 ranks: no plan spreads their 1400 evenly (each sample runs on one
+  // group, and a group of 2 takes ranks 0 and 1): the best is 30 on 2 ranks beside 20 and 10 on
+  // the third, 500 (plus one micro-batch's overhead, 1% of the mean: 4.67), and the line says so
+  const auto uneven =
       run("- --world-size 3 --max-tokens-per-rank 100 --estimator megatron", "10\n20\n30\n");
-  CHECK(plain.status == 0);
-  CHECK(plain.out.find("token budget raises") == std::string::npos);
+  CHECK(uneven.status == 0);
+  CHECK(uneven.out.find("the budget-aware lower bound is 504.667: no plan can exceed efficiency "
+                        "0.9339") != std::string::npos);
+  // where the samples spread evenly the line is absent
+  const auto even =
+      run("- --world-size 2 --max-tokens-per-rank 100 --estimator megatron", "10\n20\n20\n10\n");
+  CHECK(even.status == 0);
+  CHECK(even.out.find("budget-aware lower bound") == std::string::npos);
 }
 
 TEST_CASE("dcpp-plan: same inputs, same bytes, whatever the flag order") {

@@ -111,18 +111,19 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
     double time;
     double area;
     double ranks;
-    double tokens; // per rank
+    double tokens;    // per rank
+    std::size_t size; // index in pr.cp_sizes
   };
   std::vector<std::vector<option>> options(m);
   std::vector<bool> big(n, false);
   for (std::size_t k = 0; k < m; ++k) {
     const std::size_t i = order[k];
     big[i] = true;
-    for (const std::int32_t cp : pr.cp_sizes)
-      if (cp >= pr.min_cp_of[i]) {
+    for (std::size_t c = 0; c < pr.cp_sizes.size(); ++c)
+      if (const std::int32_t cp = pr.cp_sizes[c]; cp >= pr.min_cp_of[i]) {
         const double w = sample_cost(pr, estimator, i, cp);
         options[k].push_back(
-            {w, w * cp, static_cast<double>(cp), static_cast<double>(pr.rank_tokens(i, cp))});
+            {w, w * cp, static_cast<double>(cp), static_cast<double>(pr.rank_tokens(i, cp)), c});
       }
   }
   for (auto& os : options) // the search tries the least area first
@@ -135,78 +136,164 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
     if (!big[i])
       small.push_back({least_area[i] / least_tokens[i], least_tokens[i], i});
   const least_area_knapsack others(std::move(small));
-  // The least charge of a round of time t holding the big samples of `mask`: the least total
-  // area of sizes no slower than t such that every set of pieces no two of which fit one rank's
-  // budget fits the world side by side; then their area past the least, plus the rank time t
-  // leaves that the rest cannot fill within the budget. (Pieces too slow to share a rank's time
-  // are not kept apart: the round may be slower than t, and the charge is taken at t.)
-  // The search stops, and the term is dropped, past `most_visits` steps.
+  // per size: the most least area an other sample brings per area it takes on that size
+  std::vector<double> yield(pr.cp_sizes.size(), 0.0);
+  for (std::size_t i = 0; i < n; ++i)
+    if (!big[i])
+      for (std::size_t c = 0; c < pr.cp_sizes.size(); ++c)
+        if (pr.cp_sizes[c] >= pr.min_cp_of[i]) {
+          const double taken = sample_cost(pr, estimator, i, pr.cp_sizes[c]) * pr.cp_sizes[c];
+          if (taken > 0)
+            yield[c] = std::max(yield[c], std::min(1.0, least_area[i] / taken));
+        }
+  // The least charge of a round holding the big samples of `mask`, over every choice of their
+  // sizes and of how many groups each size's pieces take (budget_lower_bound has the proof),
+  // searched with the least area first; it stops, and the term is dropped, past `most_visits`
+  // steps.
   constexpr std::int64_t most_visits = std::int64_t{1} << 18;
+  constexpr std::size_t exact_pieces = 6; // a size's pieces dealt exactly up to this many
   std::int64_t visits = 0;
   std::vector<std::size_t> members;
   std::vector<const option*> chosen(m);
-  double least_sum = 0;
-  const auto least_total_area = [&](double t) {
-    double best = std::numeric_limits<double>::infinity();
-    const auto search = [&](const auto& self, std::size_t at, double area,
-                            double by_tokens) -> void {
-      if (area >= best || by_tokens > world || ++visits > most_visits)
-        return;
-      if (at == members.size()) {
-        // pieces no two of which fit one rank's budget need ranks of their own
-        const std::size_t sets = std::size_t{1} << at;
-        for (std::size_t set = 3; set < sets; ++set) {
-          if (std::popcount(set) < 2)
-            continue;
-          double ranks = 0;
-          bool apart = true;
-          for (std::size_t a = 0; a < at && apart; ++a) {
-            if (!((set >> a) & 1))
-              continue;
-            ranks += chosen[a]->ranks;
-            for (std::size_t b = a + 1; b < at && apart; ++b)
-              if ((set >> b) & 1)
-                apart = chosen[a]->tokens + chosen[b]->tokens > budget;
-          }
-          if (apart && ranks > world)
-            return;
-        }
-        best = area;
-        return;
+  struct size_class {
+    const option* first;
+    double area = 0;
+    const std::vector<double>* slowest = nullptr; // [g - 1]: least slowest group of g (or bound)
+  };
+  // tau per size and set of big samples on it, worked out once
+  std::vector<std::vector<double>> dealings(pr.cp_sizes.size() << m);
+  std::vector<bool> dealt_yet(dealings.size(), false);
+  std::vector<size_class> classes;
+  std::vector<double> times_of, tokens_of, subset_time, subset_tokens, dealt, next;
+  std::vector<std::size_t> groups;
+  // tau(g) of the pieces in times_of / tokens_of: exactly by a subset DP, or its bounds
+  const auto deal = [&](std::vector<double>& slowest) {
+    constexpr double never = std::numeric_limits<double>::infinity();
+    const std::size_t p = times_of.size();
+    slowest.assign(p, never);
+    if (p <= exact_pieces) {
+      const std::size_t sets = std::size_t{1} << p;
+      subset_time.assign(sets, 0.0);
+      subset_tokens.assign(sets, 0.0);
+      for (std::size_t set = 1; set < sets; ++set) {
+        const auto low = static_cast<std::size_t>(std::countr_zero(set));
+        subset_time[set] = subset_time[set & (set - 1)] + times_of[low];
+        subset_tokens[set] = subset_tokens[set & (set - 1)] + tokens_of[low];
       }
-      for (const option& o : options[members[at]])
-        if (o.time <= t) {
-          chosen[at] = &o;
-          self(self, at + 1, area + o.area, by_tokens + (2 * o.tokens > budget ? o.ranks : 0));
+      dealt.assign(sets, never);
+      dealt[0] = 0;
+      for (std::size_t g = 1; g <= p; ++g) {
+        next.assign(sets, never);
+        next[0] = 0;
+        for (std::size_t set = 1; set < sets; ++set) {
+          const std::size_t low = set & (~set + 1);
+          for (std::size_t sub = set; sub != 0; sub = (sub - 1) & set)
+            if ((sub & low) && subset_tokens[sub] <= budget)
+              next[set] = std::min(next[set], std::max(subset_time[sub], dealt[set ^ sub]));
         }
-    };
-    search(search, 0, 0.0, 0.0);
-    return best;
+        dealt.swap(next);
+        slowest[g - 1] = dealt[sets - 1];
+      }
+      return;
+    }
+    std::vector<double> slow = times_of;
+    std::sort(slow.begin(), slow.end(), std::greater<>());
+    double time = 0;
+    double tokens = 0;
+    std::size_t wide = 0;
+    for (std::size_t b = 0; b < p; ++b) {
+      time += times_of[b];
+      tokens += tokens_of[b];
+      wide += 2 * tokens_of[b] > budget ? 1 : 0;
+    }
+    for (std::size_t g = 1; g <= p; ++g)
+      if (tokens <= static_cast<double>(g) * budget && wide <= g)
+        slowest[g - 1] =
+            std::max({slow[0], time / static_cast<double>(g), g < p ? slow[g - 1] + slow[g] : 0.0});
+  };
+  // the least charge of the chosen pieces (area `area`, `past` of it past the least), or
+  // infinity where no dealing fits the world
+  const auto least_charge = [&](std::size_t count, double area, double past, double fill) {
+    classes.clear();
+    for (std::size_t a = 0; a < count; ++a) {
+      bool first = true; // the first piece of its size deals the size
+      for (std::size_t b = 0; b < a && first; ++b)
+        first = chosen[b]->size != chosen[a]->size;
+      if (!first)
+        continue;
+      size_class sc{chosen[a]};
+      times_of.clear();
+      tokens_of.clear();
+      std::size_t set = 0;
+      for (std::size_t b = a; b < count; ++b)
+        if (chosen[b]->size == chosen[a]->size) {
+          times_of.push_back(chosen[b]->time);
+          tokens_of.push_back(chosen[b]->tokens);
+          sc.area += chosen[b]->area;
+          set |= std::size_t{1} << members[b];
+        }
+      const std::size_t key = (chosen[a]->size << m) | set;
+      if (!dealt_yet[key]) {
+        deal(dealings[key]);
+        dealt_yet[key] = true;
+      }
+      sc.slowest = &dealings[key];
+      classes.push_back(std::move(sc));
+    }
+    double least = std::numeric_limits<double>::infinity();
+    groups.assign(classes.size(), 1);
+    for (;;) {
+      double ranks = 0;
+      double t = area / world;
+      for (std::size_t c = 0; c < classes.size(); ++c) {
+        ranks += classes[c].first->ranks * static_cast<double>(groups[c]);
+        t = std::max(t, (*classes[c].slowest)[groups[c] - 1]);
+      }
+      if (ranks <= world && t < std::numeric_limits<double>::infinity()) {
+        double fillable = (world - ranks) * t; // the free ranks, then the groups' gaps
+        for (std::size_t c = 0; c < classes.size(); ++c)
+          fillable +=
+              yield[classes[c].first->size] *
+              (classes[c].first->ranks * static_cast<double>(groups[c]) * t - classes[c].area);
+        least = std::min(least, past + world * t - area - std::min(fill, fillable));
+      }
+      std::size_t c = 0; // the next count of groups per size
+      while (c < classes.size() && groups[c] == classes[c].slowest->size())
+        groups[c++] = 1;
+      if (c == classes.size())
+        break;
+      ++groups[c];
+    }
+    return least;
   };
   const std::size_t subsets = std::size_t{1} << m;
   std::vector<double> charge(subsets, std::numeric_limits<double>::infinity());
   for (std::size_t mask = 1; mask < subsets; ++mask) {
     members.clear();
     double tokens = 0;
-    least_sum = 0;
     for (std::size_t k = 0; k < m; ++k)
       if ((mask >> k) & 1) {
         members.push_back(k);
         tokens += least_tokens[order[k]];
-        least_sum += least_area[order[k]];
       }
     if (tokens > capacity)
       continue; // never in one round
     const double fill = others.carried(capacity - tokens);
-    for (const std::size_t k : members)
-      for (const option& candidate : options[k]) {
-        const double t = candidate.time;
-        const double area = least_total_area(t);
-        if (!(area < std::numeric_limits<double>::infinity()))
-          continue; // no such sizes fit the world
-        charge[mask] =
-            std::min(charge[mask], area - least_sum + std::max(0.0, world * t - area - fill));
+    double& best_charge = charge[mask];
+    const auto search = [&](const auto& self, std::size_t at, double area, double past) -> void {
+      if (past >= best_charge || ++visits > most_visits)
+        return; // the charge is at least the area past the least
+      if (at == members.size()) {
+        best_charge = std::min(best_charge, least_charge(at, area, past, fill));
+        return;
       }
+      const double least = least_area[order[members[at]]];
+      for (const option& o : options[members[at]]) {
+        chosen[at] = &o;
+        self(self, at + 1, area + o.area, past + std::max(0.0, o.area - least));
+      }
+    };
+    search(search, 0, 0.0, 0.0);
   }
   if (visits > most_visits)
     return 0;
@@ -238,15 +325,27 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
 //! valid relaxation of the choice of sizes), and every plan has at least max(token minimum,
 //! heavy samples) rounds of overhead.
 //! Forced rounds (`detail::forced_round_bound`; where the options allow at most 16 sizes): the
-//! eight samples of longest least time ("big") each sit in some round, whose time T is at least
-//! theirs; the round's N x T rank time is their area plus what the other samples bring, and
-//! those bring at most `KS(N M - their rank-tokens)` of least area. So each round holding a set
-//! S of big samples costs, besides every sample's least area,
-//!   charge(S) = min over T of  sum_S (a_j - least_j) + (N T - sum_S a_j - KS(N M - tok_S))^+
-//! with each a_j the area of a size no slower than T, where the big pieces that cannot share a
-//! rank (two together over the budget) must fit the N ranks side by side; T runs over the big
-//! samples' times at their sizes (the charge only grows with T between them), and the rounds
-//! are the least-charge partition of the big samples (a subset DP):
+//! eight samples of longest least time ("big") each sit in some round. Take a round of time T
+//! holding the set S of big samples, each on a size c_j (area a_j, time w_j, rank-tokens t_j).
+//! A group has one size, so big samples on different sizes sit on different ranks; those in one
+//! group share its ranks, their tokens within the budget M and their times adding up within T.
+//! So if size c's pieces take g_c groups, T >= tau_c(g_c), the least slowest group of c's
+//! pieces dealt into g_c groups within M; sum_c c g_c = R <= N; and N T >= sum_S a_j. The
+//! round's N x T rank time is the big samples' area, the other samples' area in it, and idle
+//! time. The others bring at most `KS(N M - tok_S)` of least area (their least rank-tokens fit
+//! the free ones); in the g_c groups of size c they bring at most y_c per area they take, y_c
+//! being the most least area per area any other sample has on size c, so at most
+//! y_c (c g_c T - a_c) there (a_c: the big area on size c), and at most (N - R) T on the other
+//! ranks. So the round's time past every sample's least area is at least
+//!   charge = sum_S (a_j - least_j) + N T - sum_S a_j
+//!            - min( KS(N M - tok_S), (N - R) T + sum_c y_c (c g_c T - a_c) )
+//! which never falls as T grows (its slope is at least N - R - sum_c c g_c + R >= 0 where the
+//! knapsack does not bind), so it is taken at the least T the choice allows,
+//! max(sum_S a_j / N, max_c tau_c(g_c)), and minimised over every choice of sizes and groups.
+//! tau_c is exact up to six pieces (a subset DP) and a lower bound past that (the slowest
+//! piece, their time / g, the two least of the g + 1 slowest; none where their tokens pass g M
+//! or more than g pieces hold over M / 2): a lower T only lowers the charge. The rounds are the
+//! least-charge partition of the big samples (a subset DP):
 //!   N * sum_k T_k >= sum_i least_i + min over partitions of sum charge(S).
 //! Without heavy samples or forcing rounds it equals `lower_bound`.
 template <workload_estimator Estimator>
