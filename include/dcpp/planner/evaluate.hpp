@@ -250,7 +250,8 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
         t = std::max(t, (*classes[c].slowest)[groups[c] - 1]);
       }
       if (ranks <= world && t < std::numeric_limits<double>::infinity()) {
-        double fillable = (world - ranks) * t; // the free ranks, then the groups' gaps
+        // the free ranks (their time, and what fits their tokens), then the groups' gaps
+        double fillable = std::min((world - ranks) * t, others.carried((world - ranks) * budget));
         for (std::size_t c = 0; c < classes.size(); ++c)
           fillable +=
               yield[classes[c].first->size] *
@@ -335,12 +336,13 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
 //! time. The others bring at most `KS(N M - tok_S)` of least area (their least rank-tokens fit
 //! the free ones); in the g_c groups of size c they bring at most y_c per area they take, y_c
 //! being the most least area per area any other sample has on size c, so at most
-//! y_c (c g_c T - a_c) there (a_c: the big area on size c), and at most (N - R) T on the other
-//! ranks. So the round's time past every sample's least area is at least
+//! y_c (c g_c T - a_c) there (a_c: the big area on size c), and on the other ranks at most
+//! their time (N - R) T and what fits their tokens, KS((N - R) M). So the round's time past
+//! every sample's least area is at least
 //!   charge = sum_S (a_j - least_j) + N T - sum_S a_j
-//!            - min( KS(N M - tok_S), (N - R) T + sum_c y_c (c g_c T - a_c) )
-//! which never falls as T grows (its slope is at least N - R - sum_c c g_c + R >= 0 where the
-//! knapsack does not bind), so it is taken at the least T the choice allows,
+//!            - min( KS(N M - tok_S), min((N - R) T, KS((N - R) M)) + sum_c y_c (c g_c T - a_c) )
+//! which never falls as T grows (the subtracted term grows by at most N - R + sum_c c g_c = N
+//! per unit of T), so it is taken at the least T the choice allows,
 //! max(sum_S a_j / N, max_c tau_c(g_c)), and minimised over every choice of sizes and groups.
 //! tau_c is exact up to six pieces (a subset DP) and a lower bound past that (the slowest
 //! piece, their time / g, the two least of the g + 1 slowest; none where their tokens pass g M
