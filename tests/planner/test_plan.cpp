@@ -293,6 +293,26 @@ TEST_CASE("plan: budget_lower_bound never passes the fastest plan of 2,000 small
   CHECK(reached >= 1650);
 }
 
+TEST_CASE("plan: budget_lower_bound is the same bit for bit with or without the cost table") {
+  // it works per length: from tabulate_costs's rows, or from its own grouping of the lengths
+  dcpp::workload::rng r(7);
+  const auto e = *dcpp::transformer_cost::from_preset("llama3-8b@h100");
+  for (int trial = 0; trial < 20; ++trial) {
+    auto o = opts(static_cast<std::int32_t>(r.uniform_int(1, 40)), 4096);
+    if (trial % 2 == 1)
+      o.group_topology = dcpp::topology::contiguous;
+    std::vector<std::int64_t> lengths(static_cast<std::size_t>(r.uniform_int(1, 300)));
+    const std::int64_t cap = dcpp::max_plannable_length(o);
+    for (auto& l : lengths) // few distinct lengths, in no order
+      l = r.uniform_int(0, 3) == 0 ? r.uniform_int(1, cap) : 64 * r.uniform_int(1, 8);
+    CAPTURE(trial);
+    const auto plain = dcpp::make_problem(o, lengths);
+    auto tabulated = dcpp::make_problem(o, lengths);
+    dcpp::tabulate_costs(tabulated, e);
+    CHECK(dcpp::budget_lower_bound(plain, e) == dcpp::budget_lower_bound(tabulated, e));
+  }
+}
+
 TEST_CASE("plan: budget_lower_bound counts the idle ranks beside a heavy sample") {
   // 3 ranks, contiguous groups of at most 2, M = 100, length^2/cp: the 200-token sample needs 2
   // ranks (20000 each); 200 samples of 10 tokens (100 each) fill the third rank with at most 10
