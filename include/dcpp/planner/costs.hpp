@@ -30,17 +30,19 @@ template <workload_estimator Estimator>
 void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_entries = 1 << 17);
 
 namespace detail {
-template <workload_estimator Estimator>
-void tabulate_rows(problem& pr, const Estimator& estimator, std::size_t max_entries) {
-  const std::size_t sizes_count = pr.cp_sizes.size();
-  pr.costs.clear();
-  pr.cost_row.clear();
-  pr.row_sample.clear();
-  if (sizes_count == 0 || pr.size() == 0)
-    return;
-  // rows by first occurrence of each length: a row per length value when the lengths are short
-  // enough for that array to be no larger than a hash table of the samples (typical: lengths up
-  // to 32K for 4,096 samples), else open addressing on the length, kept in the slot
+//! The samples grouped by length: `row[s]` the row of sample s, `row_sample[r]` the first sample
+//! of row r's length (rows by first occurrence).
+struct length_rows {
+  std::vector<std::int32_t> row;
+  std::vector<std::int32_t> row_sample;
+};
+[[nodiscard]] inline length_rows group_by_length(const problem& pr) {
+  length_rows out;
+  if (pr.size() == 0)
+    return out;
+  // a row per length value when the lengths are short enough for that array to be no larger
+  // than a hash table of the samples (typical: lengths up to 32K for 4,096 samples), else open
+  // addressing on the length, kept in the slot
   std::size_t slots = 16;
   while (slots < 2 * pr.size())
     slots *= 2;
@@ -48,8 +50,9 @@ void tabulate_rows(problem& pr, const Estimator& estimator, std::size_t max_entr
     std::int64_t length = -1;
     std::int32_t row = -1;
   };
-  std::vector<std::int32_t> row_sample; // the first sample of each row's length
-  std::vector<std::int32_t> rows(pr.size());
+  std::vector<std::int32_t>& row_sample = out.row_sample;
+  std::vector<std::int32_t>& rows = out.row;
+  rows.resize(pr.size());
   const std::int64_t longest = *std::max_element(pr.lengths.begin(), pr.lengths.end());
   if (static_cast<std::uint64_t>(longest) < slots * sizeof(slot) / sizeof(std::int32_t)) {
     std::vector<std::int32_t> row_of(static_cast<std::size_t>(longest) + 1, -1);
@@ -77,8 +80,20 @@ void tabulate_rows(problem& pr, const Estimator& estimator, std::size_t max_entr
       rows[s] = table[h].row;
     }
   }
-  pr.cost_row = std::move(rows);
-  pr.row_sample = std::move(row_sample);
+  return out;
+}
+
+template <workload_estimator Estimator>
+void tabulate_rows(problem& pr, const Estimator& estimator, std::size_t max_entries) {
+  const std::size_t sizes_count = pr.cp_sizes.size();
+  pr.costs.clear();
+  pr.cost_row.clear();
+  pr.row_sample.clear();
+  if (sizes_count == 0 || pr.size() == 0)
+    return;
+  length_rows grouped = group_by_length(pr);
+  pr.cost_row = std::move(grouped.row);
+  pr.row_sample = std::move(grouped.row_sample);
   if (pr.row_sample.size() * sizes_count > max_entries)
     return; // too large to pay: rows without a table
   pr.costs.assign(pr.row_sample.size() * sizes_count, std::numeric_limits<double>::quiet_NaN());

@@ -161,8 +161,7 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
     const std::vector<double>* slowest = nullptr; // [g - 1]: least slowest group of g (or bound)
   };
   // tau per size and set of big samples on it, worked out once
-  std::vector<std::vector<double>> dealings(pr.cp_sizes.size() << m);
-  std::vector<bool> dealt_yet(dealings.size(), false);
+  std::vector<std::vector<double>> dealings(pr.cp_sizes.size() << m); // empty: not yet
   std::vector<size_class> classes;
   std::vector<double> times_of, tokens_of, subset_time, subset_tokens, dealt, next;
   std::vector<std::size_t> groups;
@@ -233,10 +232,8 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
           set |= std::size_t{1} << members[b];
         }
       const std::size_t key = (chosen[a]->size << m) | set;
-      if (!dealt_yet[key]) {
+      if (dealings[key].empty())
         deal(dealings[key]);
-        dealt_yet[key] = true;
-      }
       sc.slowest = &dealings[key];
       classes.push_back(std::move(sc));
     }
@@ -371,37 +368,22 @@ double budget_lower_bound(const problem& pr, const Estimator& estimator) {
   std::vector<double> areas(pr.size()); // per sample: least area, least time, least rank-tokens
   std::vector<double> times(pr.size());
   std::vector<double> tokens(pr.size());
-  // the values over the legal sizes, once per length (tabulate_costs's cost rows, or made
-  // here): on 65,536 samples of 7,075 lengths over 1,024 contiguous sizes, a tenth of the work
+  // the values over the legal sizes, once per length (tabulate_costs's cost rows, or the same
+  // grouping made here): on 65,536 samples of 7,075 lengths over 1,024 contiguous sizes, a tenth of
+  // the work
   struct over_sizes {
     double least_area = std::numeric_limits<double>::infinity();
     double least_time = std::numeric_limits<double>::infinity();
     double most_free = 0;
     double least_tokens = std::numeric_limits<double>::infinity();
   };
-  std::vector<std::size_t> row_of(pr.size());
-  std::vector<std::size_t> first_of; // per row: a sample of its length
-  if (!pr.cost_row.empty()) {
-    for (std::size_t i = 0; i < pr.size(); ++i)
-      row_of[i] = static_cast<std::size_t>(pr.cost_row[i]);
-    first_of.assign(pr.row_sample.begin(), pr.row_sample.end());
-  } else {
-    std::vector<std::size_t> by_length(pr.size());
-    for (std::size_t i = 0; i < pr.size(); ++i)
-      by_length[i] = i;
-    std::sort(by_length.begin(), by_length.end(), [&](std::size_t a, std::size_t b) {
-      return pr.lengths[a] != pr.lengths[b] ? pr.lengths[a] < pr.lengths[b] : a < b;
-    });
-    for (std::size_t k = 0; k < by_length.size(); ++k) {
-      const std::size_t i = by_length[k];
-      if (k == 0 || pr.lengths[i] != pr.lengths[by_length[k - 1]])
-        first_of.push_back(i);
-      row_of[i] = first_of.size() - 1;
-    }
-  }
+  const detail::length_rows own =
+      pr.cost_row.empty() ? detail::group_by_length(pr) : detail::length_rows{};
+  const std::vector<std::int32_t>& row_of = pr.cost_row.empty() ? own.row : pr.cost_row;
+  const std::vector<std::int32_t>& first_of = pr.cost_row.empty() ? own.row_sample : pr.row_sample;
   std::vector<over_sizes> rows(first_of.size());
   for (std::size_t r = 0; r < rows.size(); ++r) {
-    const std::size_t first = first_of[r];
+    const auto first = static_cast<std::size_t>(first_of[r]);
     over_sizes& v = rows[r];
     for (const std::int32_t cp : pr.cp_sizes) {
       if (cp < pr.min_cp_of[first])
@@ -415,7 +397,8 @@ double budget_lower_bound(const problem& pr, const Estimator& estimator) {
     }
   }
   for (std::size_t i = 0; i < pr.size(); ++i) {
-    const auto& [least_area, least_time, most_free, least_tokens] = rows[row_of[i]];
+    const auto& [least_area, least_time, most_free, least_tokens] =
+        rows[static_cast<std::size_t>(row_of[i])];
     area += least_area;
     longest = std::max(longest, least_time);
     areas[i] = least_area;
