@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "dcpp/planner/cost_rows.hpp"
 #include "dcpp/planner/costs.hpp"
 #include "dcpp/planner/estimator.hpp"
+#include "dcpp/planner/gap_bound.hpp"
 #include "dcpp/planner/options.hpp"
 #include "dcpp/planner/plan.hpp"
 
@@ -306,6 +308,115 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
   }
   return (total + best[subsets - 1]) / world;
 }
+
+//! `budget_lower_bound`'s terms: every term but the gaps (with the overhead of the fewest rounds),
+//! and the gap term (0 where it has nothing to say); the bound is the larger.
+struct budget_terms {
+  double without_gaps = 0;
+  double gaps = 0;
+};
+
+template <workload_estimator Estimator>
+budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
+  const std::int32_t world = pr.options.world_size;
+  const std::int32_t largest = pr.cp_sizes.empty() ? 1 : pr.cp_sizes.back();
+  const auto is_heavy = [&](std::size_t i) {
+    return 2 * std::int64_t{pr.min_cp_of[i]} > world &&
+           2 * pr.rank_tokens(i, largest) > pr.options.max_tokens_per_rank;
+  };
+  const double n = world;
+  const double budget = static_cast<double>(pr.options.max_tokens_per_rank);
+  double heavy_time = 0;  // sum_h N * min_c w_h(c)
+  double free_time = 0;   // sum_h max_c (N - c) w_h(c)
+  double free_tokens = 0; // sum_h (N - min_cp_h) * M
+  double light_area = 0;  // A_light
+  double area = 0;        // every sample's least area, and the longest least time: lower_bound
+  double longest = 0;
+  std::size_t heavy = 0;
+  std::vector<least_area_knapsack::item> light;
+  std::vector<double> areas(pr.size()); // per sample: least area, least time, least rank-tokens
+  std::vector<double> times(pr.size());
+  std::vector<double> tokens(pr.size());
+  // the values over the legal sizes, once per length (tabulate_costs's cost rows, or the same
+  // grouping made here): on 65,536 samples of 7,075 lengths over 1,024 contiguous sizes, a tenth of
+  // the work
+  struct over_sizes {
+    double least_area = std::numeric_limits<double>::infinity();
+    double least_time = std::numeric_limits<double>::infinity();
+    double most_free = 0;
+    double least_tokens = std::numeric_limits<double>::infinity();
+    double own_time = std::numeric_limits<double>::infinity(); // on the size of least area
+  };
+  const length_rows own = pr.cost_row.empty() ? group_by_length(pr) : length_rows{};
+  const std::vector<std::int32_t>& row_of = pr.cost_row.empty() ? own.row : pr.cost_row;
+  const std::vector<std::int32_t>& first_of = pr.cost_row.empty() ? own.row_sample : pr.row_sample;
+  std::vector<over_sizes> rows(first_of.size());
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const auto first = static_cast<std::size_t>(first_of[r]);
+    over_sizes& v = rows[r];
+    for (const std::int32_t cp : pr.cp_sizes) {
+      if (cp < pr.min_cp_of[first])
+        continue;
+      const double w = sample_cost(pr, estimator, first, cp);
+      if (w * cp < v.least_area || (w * cp == v.least_area && w < v.own_time))
+        v.own_time = w;
+      v.least_area = std::min(v.least_area, w * cp);
+      v.least_time = std::min(v.least_time, w);
+      v.most_free = std::max(v.most_free, (n - cp) * w);
+      v.least_tokens =
+          std::min(v.least_tokens, static_cast<double>(pr.rank_tokens(first, cp)) * cp);
+    }
+  }
+  for (std::size_t i = 0; i < pr.size(); ++i) {
+    const auto& [least_area, least_time, most_free, least_tokens, own_time] =
+        rows[static_cast<std::size_t>(row_of[i])];
+    area += least_area;
+    longest = std::max(longest, least_time);
+    areas[i] = least_area;
+    times[i] = least_time;
+    tokens[i] = least_tokens;
+    if (is_heavy(i)) {
+      ++heavy;
+      heavy_time += n * least_time;
+      free_time += most_free;
+      free_tokens += (n - pr.min_cp_of[i]) * budget;
+    } else {
+      light_area += least_area;
+      light.push_back({least_area / least_tokens, least_tokens, i});
+    }
+  }
+  const double carried = // KS(free_tokens)
+      heavy > 0 ? least_area_knapsack(std::move(light)).carried(free_tokens) : 0.0;
+  const double overhead = microbatch_overhead(pr, estimator);
+  const std::int32_t k_min = min_microbatches(pr);
+  // without heavy samples every term is lower_bound's (the same sums in the same order)
+  const double work_bound =
+      heavy == 0 ? 0.0 : (heavy_time + light_area - std::min(carried, free_time)) / n;
+  const double forced = forced_round_bound(pr, estimator, areas, times, tokens, area);
+  const auto fewest =
+      static_cast<std::int64_t>(std::max<std::size_t>(static_cast<std::size_t>(k_min), heavy));
+  double gaps = 0; // the gap term of each class of samples (same smallest size, at least 2)
+  if (pr.cp_sizes.size() <= gap_bound_most_sizes) {
+    std::vector<length_least> least(rows.size());
+    std::vector<bool> smallest(pr.cp_sizes.empty() ? 1 : pr.cp_sizes.back() + 1, false);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      least[r] = {rows[r].least_area, rows[r].own_time};
+      smallest[static_cast<std::size_t>(pr.min_cp_of[static_cast<std::size_t>(first_of[r])])] =
+          true;
+    }
+    std::optional<gap_fillers> fillers; // made for the first class
+    for (std::size_t c = 2; c < smallest.size(); ++c)
+      if (smallest[c]) {
+        if (!fillers)
+          fillers = make_gap_fillers(pr, estimator, first_of, least);
+        gaps = std::max(gaps, gap_bound(pr, estimator, static_cast<std::int32_t>(c), row_of,
+                                        first_of, least, *fillers, area, fewest, overhead));
+      }
+  }
+  return {std::max({area / n, longest, work_bound, forced}) +
+              static_cast<double>(fewest) * overhead,
+          gaps};
+}
 } // namespace detail
 
 //! A lower bound that also counts the token budget (DESIGN.md's `lower_bound` ignores it), for
@@ -346,85 +457,30 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
 //! or more than g pieces hold over M / 2): a lower T only lowers the charge. The rounds are the
 //! least-charge partition of the big samples (a subset DP):
 //!   N * sum_k T_k >= sum_i least_i + min over partitions of sum charge(S).
-//! Without heavy samples or forcing rounds it equals `lower_bound`.
+//! Gaps (`detail::gap_bound`; where the options allow at most 64 sizes), for each class of
+//! samples of one smallest legal size s >= 2 (the 128 slowest by own time o_i, the time on the
+//! size of least area): a member i on size c (time w, past p = c w - least_i) in a round of time
+//! T >= w. If no other member fits beside it on c (rank-tokens within M), the rest of its group
+//! is other samples, each of time at most T - w and rank-tokens at most M - t_i(c), so its rank
+//! time past their least areas is at least h = p + c (T - w) (1 - y), y the most least area per
+//! area such a sample has on c (a step function of T - w); if another member fits, at least p
+//! (members sharing a group: their p add up, no more). So every member charges its round at
+//! least h_i(T), the least over its sizes. For T >= o_i take instead the least of h_i over
+//! [T, infinity), which never falls as T grows, capped by P_i, the least p of a size faster than
+//! o_i, which is also what it charges in a round faster than o_i. Relaxing which round each
+//! member sits in, it charges least in the least round time >= o_i, and lowering that time to
+//! the largest own time below it lowers every charge: so, members by own time, the rounds serve
+//! consecutive runs at their first member's own time, the members before the first run paying
+//! P_i. A DP over the runs gives F(k), the least charge with k rounds; a plan of K rounds has
+//! some k <= K of them, so
+//!   step >= (sum_i least_i + F(k)) / N + max(k, fewest rounds) x overhead
+//! for the best k; the bound takes the best class. Without overhead more rounds cost nothing
+//! and the term says nothing.
+//! Without heavy samples, forcing rounds or gaps it equals `lower_bound`.
 template <workload_estimator Estimator>
 double budget_lower_bound(const problem& pr, const Estimator& estimator) {
-  const std::int32_t world = pr.options.world_size;
-  const std::int32_t largest = pr.cp_sizes.empty() ? 1 : pr.cp_sizes.back();
-  const auto is_heavy = [&](std::size_t i) {
-    return 2 * std::int64_t{pr.min_cp_of[i]} > world &&
-           2 * pr.rank_tokens(i, largest) > pr.options.max_tokens_per_rank;
-  };
-  const double n = world;
-  const double budget = static_cast<double>(pr.options.max_tokens_per_rank);
-  double heavy_time = 0;  // sum_h N * min_c w_h(c)
-  double free_time = 0;   // sum_h max_c (N - c) w_h(c)
-  double free_tokens = 0; // sum_h (N - min_cp_h) * M
-  double light_area = 0;  // A_light
-  double area = 0;        // every sample's least area, and the longest least time: lower_bound
-  double longest = 0;
-  std::size_t heavy = 0;
-  std::vector<detail::least_area_knapsack::item> light;
-  std::vector<double> areas(pr.size()); // per sample: least area, least time, least rank-tokens
-  std::vector<double> times(pr.size());
-  std::vector<double> tokens(pr.size());
-  // the values over the legal sizes, once per length (tabulate_costs's cost rows, or the same
-  // grouping made here): on 65,536 samples of 7,075 lengths over 1,024 contiguous sizes, a tenth of
-  // the work
-  struct over_sizes {
-    double least_area = std::numeric_limits<double>::infinity();
-    double least_time = std::numeric_limits<double>::infinity();
-    double most_free = 0;
-    double least_tokens = std::numeric_limits<double>::infinity();
-  };
-  const detail::length_rows own =
-      pr.cost_row.empty() ? detail::group_by_length(pr) : detail::length_rows{};
-  const std::vector<std::int32_t>& row_of = pr.cost_row.empty() ? own.row : pr.cost_row;
-  const std::vector<std::int32_t>& first_of = pr.cost_row.empty() ? own.row_sample : pr.row_sample;
-  std::vector<over_sizes> rows(first_of.size());
-  for (std::size_t r = 0; r < rows.size(); ++r) {
-    const auto first = static_cast<std::size_t>(first_of[r]);
-    over_sizes& v = rows[r];
-    for (const std::int32_t cp : pr.cp_sizes) {
-      if (cp < pr.min_cp_of[first])
-        continue;
-      const double w = sample_cost(pr, estimator, first, cp);
-      v.least_area = std::min(v.least_area, w * cp);
-      v.least_time = std::min(v.least_time, w);
-      v.most_free = std::max(v.most_free, (n - cp) * w);
-      v.least_tokens =
-          std::min(v.least_tokens, static_cast<double>(pr.rank_tokens(first, cp)) * cp);
-    }
-  }
-  for (std::size_t i = 0; i < pr.size(); ++i) {
-    const auto& [least_area, least_time, most_free, least_tokens] =
-        rows[static_cast<std::size_t>(row_of[i])];
-    area += least_area;
-    longest = std::max(longest, least_time);
-    areas[i] = least_area;
-    times[i] = least_time;
-    tokens[i] = least_tokens;
-    if (is_heavy(i)) {
-      ++heavy;
-      heavy_time += n * least_time;
-      free_time += most_free;
-      free_tokens += (n - pr.min_cp_of[i]) * budget;
-    } else {
-      light_area += least_area;
-      light.push_back({least_area / least_tokens, least_tokens, i});
-    }
-  }
-  const double carried = // KS(free_tokens)
-      heavy > 0 ? detail::least_area_knapsack(std::move(light)).carried(free_tokens) : 0.0;
-  const double overhead = microbatch_overhead(pr, estimator);
-  const std::int32_t k_min = min_microbatches(pr);
-  // without heavy samples every term is lower_bound's (the same sums in the same order)
-  const double work_bound =
-      heavy == 0 ? 0.0 : (heavy_time + light_area - std::min(carried, free_time)) / n;
-  const double forced = detail::forced_round_bound(pr, estimator, areas, times, tokens, area);
-  return std::max({area / n, longest, work_bound, forced}) +
-         static_cast<double>(std::max<std::size_t>(static_cast<std::size_t>(k_min), heavy)) *
-             overhead;
+  const detail::budget_terms terms = detail::budget_bound_terms(pr, estimator);
+  return std::max(terms.without_gaps, terms.gaps);
 }
 
 //! Fills every group's tokens and time, every micro-batch's time and idle ranks, and the metrics

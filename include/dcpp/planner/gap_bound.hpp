@@ -1,0 +1,227 @@
+// The gap term of `budget_lower_bound` (evaluate.hpp): samples of one smallest CP size, each in
+// a round with a slower one, leave gaps on their groups that the other samples fill at a loss,
+// unless the plan pays for more micro-batches.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "dcpp/planner/costs.hpp"
+#include "dcpp/planner/estimator.hpp"
+#include "dcpp/planner/options.hpp"
+
+namespace dcpp::detail {
+
+//! `budget_lower_bound` works the gap term out where the options allow at most this many sizes.
+inline constexpr std::size_t gap_bound_most_sizes = 64;
+
+//! What `gap_bound` knows of each length (one row per length, `group_by_length`'s rows):
+//! the least area over the legal sizes, and the time on the size of least area (the least time
+//! among sizes of equal area): its own time.
+struct length_least {
+  double area = std::numeric_limits<double>::infinity();
+  double own_time = std::numeric_limits<double>::infinity();
+};
+
+//! Every sample of every length on every legal size, by time: the fillers of `gap_bound`.
+struct gap_fillers {
+  struct entry {
+    double time;
+    std::int64_t tokens; // per rank
+    double yield;        // least area over area on this size
+    std::size_t row;
+  };
+  std::vector<std::vector<entry>> by_size; // per index in pr.cp_sizes
+};
+
+template <workload_estimator Estimator>
+gap_fillers make_gap_fillers(const problem& pr, const Estimator& estimator,
+                             const std::vector<std::int32_t>& first_of,
+                             const std::vector<length_least>& least) {
+  gap_fillers all;
+  all.by_size.resize(pr.cp_sizes.size());
+  for (std::size_t c = 0; c < pr.cp_sizes.size(); ++c) {
+    const std::int32_t cp = pr.cp_sizes[c];
+    for (std::size_t r = 0; r < first_of.size(); ++r) {
+      const auto i = static_cast<std::size_t>(first_of[r]);
+      if (cp >= pr.min_cp_of[i]) {
+        const double w = sample_cost(pr, estimator, i, cp);
+        all.by_size[c].push_back(
+            {w, pr.rank_tokens(i, cp), w > 0 ? std::min(1.0, least[r].area / (w * cp)) : 1.0, r});
+      }
+    }
+    std::sort(all.by_size[c].begin(), all.by_size[c].end(),
+              [](const gap_fillers::entry& a, const gap_fillers::entry& b) {
+                return a.time != b.time ? a.time < b.time : a.row < b.row;
+              });
+  }
+  return all;
+}
+
+//! The gap term for the samples whose smallest legal size is `smallest` (the class; at most
+//! `most_members` of them, the slowest by own time), as a bound on the step time with the
+//! micro-batch overhead; 0 where it has nothing to say. `row_of` / `first_of`: the rows of the
+//! lengths and a sample of each; `least`: per row; `all`: `make_gap_fillers`'s table; `total`:
+//! the sum of every sample's least area; `fewest`: the fewest rounds any plan has.
+//! `budget_lower_bound` has the proof.
+template <workload_estimator Estimator>
+double gap_bound(const problem& pr, const Estimator& estimator, std::int32_t smallest,
+                 const std::vector<std::int32_t>& row_of, const std::vector<std::int32_t>& first_of,
+                 const std::vector<length_least>& least, const gap_fillers& all, double total,
+                 std::int64_t fewest, double overhead) {
+  constexpr std::size_t most_members = 128;
+  constexpr double merge_within = 1.0 / 128;
+  constexpr double never = std::numeric_limits<double>::infinity();
+  const std::size_t rows = first_of.size();
+  const double world = pr.options.world_size;
+  const auto budget = pr.options.max_tokens_per_rank;
+  const auto first = [&](std::size_t r) { return static_cast<std::size_t>(first_of[r]); };
+  // the members: the class's samples by own time, slowest first (as rows with counts)
+  std::vector<std::size_t> count(rows, 0);
+  for (const std::int32_t r : row_of)
+    ++count[static_cast<std::size_t>(r)];
+  std::vector<std::size_t> member_rows;
+  for (std::size_t r = 0; r < rows; ++r)
+    if (pr.min_cp_of[first(r)] == smallest)
+      member_rows.push_back(r);
+  std::sort(member_rows.begin(), member_rows.end(), [&](std::size_t a, std::size_t b) {
+    return least[a].own_time != least[b].own_time ? least[a].own_time > least[b].own_time : a < b;
+  });
+  std::vector<std::size_t> in_class(rows, 0); // members per row
+  std::vector<std::size_t> members;           // per member: its row, slowest first
+  for (const std::size_t r : member_rows)
+    for (std::size_t k = 0; k < count[r] && members.size() < most_members; ++k) {
+      members.push_back(r);
+      ++in_class[r];
+    }
+  if (members.size() < 2 || !(overhead > 0))
+    return 0;
+  // the fillers per size: every other sample legal there, by time; those of times within
+  // `merge_within` of each other as one, of their least time and tokens and their best yield
+  // (it fits and yields wherever one of them does, so the gaps' charge only falls; a few hundred
+  // per size instead of one per length)
+  const std::size_t sizes = pr.cp_sizes.size();
+  std::vector<std::vector<gap_fillers::entry>> fillers(sizes);
+  for (std::size_t c = 0; c < sizes; ++c)
+    for (const gap_fillers::entry& f : all.by_size[c]) {
+      if (count[f.row] == in_class[f.row])
+        continue; // every sample of this length is a member
+      std::vector<gap_fillers::entry>& fs = fillers[c];
+      if (!fs.empty() && f.time <= fs.back().time * (1 + merge_within)) {
+        fs.back().tokens = std::min(fs.back().tokens, f.tokens);
+        fs.back().yield = std::max(fs.back().yield, f.yield);
+      } else {
+        fs.push_back(f);
+      }
+    }
+  // per member row and legal size: time, area past the least, and the least charge of the gaps
+  // from each step of the fillers' best yield on (the steps' start, and the least charge from
+  // there on)
+  struct option {
+    double time;
+    double past;
+    double ranks;
+    bool shared;               // another member fits beside: only `past` is charged
+    std::vector<double> steps; // gap lengths where the best yield rises
+    std::vector<double> yields;
+    std::vector<double> least_from; // least charge at a step or a later one
+  };
+  std::vector<std::vector<option>> options(rows);
+  std::vector<double> faster(rows, never); // least `past` of a size faster than its own time
+  for (const std::size_t r : member_rows) {
+    if (in_class[r] == 0)
+      continue;
+    const std::size_t i = first(r);
+    for (std::size_t c = 0; c < sizes; ++c) {
+      const std::int32_t cp = pr.cp_sizes[c];
+      if (cp < smallest)
+        continue;
+      option o{sample_cost(pr, estimator, i, cp), 0.0, static_cast<double>(cp), false, {}, {}, {}};
+      o.past = std::max(0.0, o.time * cp - least[r].area);
+      const std::int64_t room = budget - pr.rank_tokens(i, cp);
+      for (const std::size_t q : member_rows)
+        if ((q != r || in_class[r] > 1) && in_class[q] > 0 && pr.rank_tokens(first(q), cp) <= room)
+          o.shared = true;
+      if (!o.shared) {
+        double best = 0;
+        for (const gap_fillers::entry& f : fillers[c]) {
+          if (best >= 1)
+            break;
+          if (f.tokens <= room && f.yield > best) {
+            best = f.yield;
+            o.steps.push_back(f.time);
+            o.yields.push_back(best);
+            o.least_from.push_back(o.past + o.ranks * f.time * (1 - best));
+          }
+        }
+        for (std::size_t s = o.least_from.size(); s-- > 1;)
+          o.least_from[s - 1] = std::min(o.least_from[s - 1], o.least_from[s]);
+      }
+      if (o.time < least[r].own_time)
+        faster[r] = std::min(faster[r], o.past);
+      options[r].push_back(std::move(o));
+    }
+  }
+  // the least charge of a member of row r in a round of time t >= its own time, or in any later
+  // round (never more than `faster`: a faster size in a round below its own time)
+  const auto charge = [&](std::size_t r, double t) {
+    double least_charge = faster[r];
+    for (const option& o : options[r]) {
+      if (o.shared || o.time > t) {
+        least_charge = std::min(least_charge, o.past);
+        continue;
+      }
+      const double gap = t - o.time;
+      const auto s = static_cast<std::size_t>(
+          std::upper_bound(o.steps.begin(), o.steps.end(), gap) - o.steps.begin());
+      const double yield = s > 0 ? o.yields[s - 1] : 0.0;
+      least_charge = std::min(least_charge, o.past + o.ranks * gap * (1 - yield));
+      if (s < o.least_from.size())
+        least_charge = std::min(least_charge, o.least_from[s]);
+    }
+    return least_charge;
+  };
+  // cost[s][p - s]: member p served by a round at member s's own time (s <= p)
+  const std::size_t m = members.size();
+  std::vector<std::vector<double>> cost(m);
+  for (std::size_t s = 0; s < m; ++s) {
+    cost[s].resize(m - s);
+    for (std::size_t p = s; p < m; ++p)
+      cost[s][p - s] = s > 0 && members[s] == members[s - 1] && p > s
+                           ? cost[s - 1][p - s + 1]
+                           : charge(members[p], least[members[s]].own_time);
+  }
+  // served[j]: the least charge of the first j members with k rounds' times placed (the members
+  // before the first round pay `faster`); the bound with k rounds, for k = 0, 1, ...
+  std::vector<double> served(m + 1, 0.0);
+  std::vector<double> next(m + 1);
+  for (std::size_t j = 0; j < m; ++j)
+    served[j + 1] = served[j] + faster[members[j]];
+  const auto fewest_rounds = static_cast<double>(fewest);
+  double best = (total + served[m]) / world + fewest_rounds * overhead;
+  double least_served = served[m];
+  for (std::size_t k = 1; k <= m; ++k) {
+    const double rounds = std::max(static_cast<double>(k), fewest_rounds);
+    if (total / world + rounds * overhead >= best)
+      break; // more rounds cost more than any charge they could save
+    std::fill(next.begin(), next.end(), never);
+    for (std::size_t s = 0; s < m; ++s) {
+      if (served[s] == never)
+        continue;
+      double sum = 0;
+      for (std::size_t j = s; j < m; ++j) {
+        sum += cost[s][j - s];
+        next[j + 1] = std::min(next[j + 1], served[s] + sum);
+      }
+    }
+    served.swap(next);
+    least_served = std::min(least_served, served[m]);
+    best = std::min(best, (total + least_served) / world + rounds * overhead);
+  }
+  return best;
+}
+
+} // namespace dcpp::detail
