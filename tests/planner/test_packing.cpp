@@ -236,7 +236,8 @@ TEST_CASE("balanced: each construction alone runs, and the megatron plan is the 
     const auto m = run<dcpp::megatron_greedy>(o, lengths, dcpp::transformer_cost{});
     const auto megatron = only(B::construct_megatron), levelled = only(B::construct_levelled),
                targeted = only(B::construct_targeted), fixed = only(B::construct_static),
-               none = only(0), all = only(15), levelled_single = only(B::construct_levelled, 0);
+               chunked = only(B::construct_chunked), none = only(0), all = only(B{}.constructions),
+               levelled_single = only(B::construct_levelled, 0);
     // (the old targeted-alone plan was exactly the single levelled one, without its variants)
     targeted_differs += targeted.microbatches != levelled_single.microbatches ? 1 : 0;
     static_differs += fixed.microbatches != levelled.microbatches ? 1 : 0;
@@ -245,12 +246,13 @@ TEST_CASE("balanced: each construction alone runs, and the megatron plan is the 
     // no construction selected: the fallback is the megatron plan, improved
     CHECK(none.microbatches == megatron.microbatches);
     // every selected plan stays within the rounds the megatron plan bounds (plus the extra ones)
-    for (const auto* p : {&levelled, &targeted, &fixed})
+    // (the token minimum and as many again, or Megatron's count)
+    for (const auto* p : {&levelled, &targeted, &fixed, &chunked})
       CHECK(p->microbatches.size() <=
-            std::max(m.microbatches.size(), static_cast<std::size_t>(p->metrics.min_microbatches)) +
-                (p->metrics.min_microbatches + 3) / 4);
-    // all four together keep the best of them
-    for (const auto* p : {&megatron, &levelled, &targeted, &fixed})
+            std::max(m.microbatches.size(),
+                     2 * static_cast<std::size_t>(p->metrics.min_microbatches)));
+    // all five together keep the best of them
+    for (const auto* p : {&megatron, &levelled, &targeted, &fixed, &chunked})
       CHECK(all.metrics.estimated_step_time <= p->metrics.estimated_step_time * (1 + 1e-12));
   }
   CHECK(targeted_differs >= 1);
@@ -264,9 +266,14 @@ std::pair<dcpp::plan, dcpp::plan> long_tail_48_without(const dcpp::balanced& wit
                                                        std::uint64_t seed) {
   const dcpp::plan_options o = options_for(48, 8192);
   const auto lengths = w::long_tail(1536, seed);
-  // on one network tier, where these numbers were measured
-  auto a = run<dcpp::balanced>(o, lengths, one_tier_h100(), without);
-  auto b = run<dcpp::balanced>(o, lengths, one_tier_h100());
+  // on one network tier, where these numbers were measured, and without the chunked
+  // construction in either (it lifts these batches by itself)
+  dcpp::balanced with;
+  with.constructions &= ~dcpp::balanced::construct_chunked;
+  dcpp::balanced less = without;
+  less.constructions &= ~dcpp::balanced::construct_chunked;
+  auto a = run<dcpp::balanced>(o, lengths, one_tier_h100(), less);
+  auto b = run<dcpp::balanced>(o, lengths, one_tier_h100(), with);
   check_invariants(b, o);
   CHECK(b.metrics.estimated_step_time <= a.metrics.estimated_step_time);
   return {std::move(a), std::move(b)};
@@ -302,6 +309,28 @@ TEST_CASE("balanced: the heavy-sample variant keeps the best plan and lifts long
       CHECK(b.metrics.efficiency >= 0.97);
     }
   }
+}
+
+TEST_CASE("balanced: the chunked construction packs a class of samples apart from the rest") {
+  // 400 long-tail samples on 24 ranks under length^2/cp: the portfolio without it had 0.985 of
+  // the budget-aware bound; the 4K-8K-token samples on 2 ranks, packed side by side in their own
+  // rounds and the rest of the batch after, reach 0.996
+  const dcpp::plan_options o = options_for(24, 8192);
+  const auto lengths = w::long_tail(400, 1);
+  const double bound =
+      dcpp::budget_lower_bound(dcpp::make_problem(o, lengths), dcpp::megatron_cost{});
+  dcpp::balanced without;
+  without.constructions &= ~dcpp::balanced::construct_chunked;
+  const auto before = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, without);
+  const auto p = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{});
+  check_invariants(p, o);
+  CHECK(bound / before.metrics.estimated_step_time < 0.99);
+  CHECK(bound / p.metrics.estimated_step_time > 0.995);
+  // not where the best plan is already within chunked_gap of the lower bound
+  dcpp::balanced close = dcpp::balanced{};
+  close.tuning.chunked_gap = 1.0;
+  CHECK(run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, close).microbatches ==
+        before.microbatches);
 }
 
 TEST_CASE("balanced: the cost table changes no plan") {
@@ -504,7 +533,7 @@ TEST_CASE("balanced: under length^2/cp one world-wide size per round balances to
     CAPTURE(seed);
     const auto lengths = w::sft_lognormal(1500, seed, 900, 1.0, 16, 4096);
     dcpp::balanced without;
-    without.constructions = 15 & ~dcpp::balanced::construct_static;
+    without.constructions = dcpp::balanced{}.constructions & ~dcpp::balanced::construct_static;
     const auto before = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, without);
     const auto p = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{});
     check_invariants(p, o);

@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -345,7 +344,6 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
     double least_time = std::numeric_limits<double>::infinity();
     double most_free = 0;
     double least_tokens = std::numeric_limits<double>::infinity();
-    double own_time = std::numeric_limits<double>::infinity(); // on the size of least area
   };
   const length_rows own = pr.cost_row.empty() ? group_by_length(pr) : length_rows{};
   const std::vector<std::int32_t>& row_of = pr.cost_row.empty() ? own.row : pr.cost_row;
@@ -358,8 +356,6 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
       if (cp < pr.min_cp_of[first])
         continue;
       const double w = sample_cost(pr, estimator, first, cp);
-      if (w * cp < v.least_area || (w * cp == v.least_area && w < v.own_time))
-        v.own_time = w;
       v.least_area = std::min(v.least_area, w * cp);
       v.least_time = std::min(v.least_time, w);
       v.most_free = std::max(v.most_free, (n - cp) * w);
@@ -368,7 +364,7 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
     }
   }
   for (std::size_t i = 0; i < pr.size(); ++i) {
-    const auto& [least_area, least_time, most_free, least_tokens, own_time] =
+    const auto& [least_area, least_time, most_free, least_tokens] =
         rows[static_cast<std::size_t>(row_of[i])];
     area += least_area;
     longest = std::max(longest, least_time);
@@ -396,23 +392,8 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
   const auto fewest =
       static_cast<std::int64_t>(std::max<std::size_t>(static_cast<std::size_t>(k_min), heavy));
   double gaps = 0; // the gap term of each class of samples (same smallest size, at least 2)
-  if (pr.cp_sizes.size() <= gap_bound_most_sizes) {
-    std::vector<length_least> least(rows.size());
-    std::vector<bool> smallest(pr.cp_sizes.empty() ? 1 : pr.cp_sizes.back() + 1, false);
-    for (std::size_t r = 0; r < rows.size(); ++r) {
-      least[r] = {rows[r].least_area, rows[r].own_time};
-      smallest[static_cast<std::size_t>(pr.min_cp_of[static_cast<std::size_t>(first_of[r])])] =
-          true;
-    }
-    std::optional<gap_fillers> fillers; // made for the first class
-    for (std::size_t c = 2; c < smallest.size(); ++c)
-      if (smallest[c]) {
-        if (!fillers)
-          fillers = make_gap_fillers(pr, estimator, first_of, least);
-        gaps = std::max(gaps, gap_bound(pr, estimator, static_cast<std::int32_t>(c), row_of,
-                                        first_of, least, *fillers, area, fewest, overhead));
-      }
-  }
+  for (const gap_class& c : gap_classes(pr, estimator, fewest, overhead))
+    gaps = std::max(gaps, c.bound);
   return {std::max({area / n, longest, work_bound, forced}) +
               static_cast<double>(fewest) * overhead,
           gaps};

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "dcpp/planner/costs.hpp"
@@ -61,17 +62,26 @@ gap_fillers make_gap_fillers(const problem& pr, const Estimator& estimator,
   return all;
 }
 
+//! One class's gap term: the bound on the step time with the micro-batch overhead (0 where it
+//! has nothing to say), and the rounds of its best number: the members (sample ids) each round
+//! serves, slowest first; a member in no run is best on a faster size.
+struct gap_class {
+  std::int32_t smallest = 0;
+  double bound = 0;
+  std::vector<std::vector<std::int32_t>> runs;
+};
+
 //! The gap term for the samples whose smallest legal size is `smallest` (the class; at most
-//! `most_members` of them, the slowest by own time), as a bound on the step time with the
-//! micro-batch overhead; 0 where it has nothing to say. `row_of` / `first_of`: the rows of the
+//! `most_members` of them, the slowest by own time). `row_of` / `first_of`: the rows of the
 //! lengths and a sample of each; `least`: per row; `all`: `make_gap_fillers`'s table; `total`:
 //! the sum of every sample's least area; `fewest`: the fewest rounds any plan has.
 //! `budget_lower_bound` has the proof.
 template <workload_estimator Estimator>
-double gap_bound(const problem& pr, const Estimator& estimator, std::int32_t smallest,
-                 const std::vector<std::int32_t>& row_of, const std::vector<std::int32_t>& first_of,
-                 const std::vector<length_least>& least, const gap_fillers& all, double total,
-                 std::int64_t fewest, double overhead) {
+gap_class gap_bound(const problem& pr, const Estimator& estimator, std::int32_t smallest,
+                    const std::vector<std::int32_t>& row_of,
+                    const std::vector<std::int32_t>& first_of,
+                    const std::vector<length_least>& least, const gap_fillers& all, double total,
+                    std::int64_t fewest, double overhead) {
   constexpr std::size_t most_members = 128;
   constexpr double merge_within = 1.0 / 128;
   constexpr double never = std::numeric_limits<double>::infinity();
@@ -97,8 +107,9 @@ double gap_bound(const problem& pr, const Estimator& estimator, std::int32_t sma
       members.push_back(r);
       ++in_class[r];
     }
+  gap_class out{smallest, 0.0, {}};
   if (members.size() < 2 || !(overhead > 0))
-    return 0;
+    return out;
   // the fillers per size: every other sample legal there, by time; those of times within
   // `merge_within` of each other as one, of their least time and tokens and their best yield
   // (it fits and yields wherever one of them does, so the gaps' charge only falls; a few hundred
@@ -195,33 +206,107 @@ double gap_bound(const problem& pr, const Estimator& estimator, std::int32_t sma
                            : charge(members[p], least[members[s]].own_time);
   }
   // served[j]: the least charge of the first j members with k rounds' times placed (the members
-  // before the first round pay `faster`); the bound with k rounds, for k = 0, 1, ...
+  // before the first round pay `faster`); the bound with k rounds, for k = 0, 1, ...; from[k][j]:
+  // where the last run of the first j ends when k rounds serve them
   std::vector<double> served(m + 1, 0.0);
   std::vector<double> next(m + 1);
+  std::vector<std::vector<std::size_t>> from(1);
   for (std::size_t j = 0; j < m; ++j)
     served[j + 1] = served[j] + faster[members[j]];
   const auto fewest_rounds = static_cast<double>(fewest);
-  double best = (total + served[m]) / world + fewest_rounds * overhead;
+  out.bound = (total + served[m]) / world + fewest_rounds * overhead;
   double least_served = served[m];
+  std::size_t least_k = 0; // the k of least_served, and that of the bound
+  std::size_t best_k = 0;
   for (std::size_t k = 1; k <= m; ++k) {
     const double rounds = std::max(static_cast<double>(k), fewest_rounds);
-    if (total / world + rounds * overhead >= best)
+    if (total / world + rounds * overhead >= out.bound)
       break; // more rounds cost more than any charge they could save
     std::fill(next.begin(), next.end(), never);
+    std::vector<std::size_t>& last = from.emplace_back(m + 1, 0);
     for (std::size_t s = 0; s < m; ++s) {
       if (served[s] == never)
         continue;
       double sum = 0;
       for (std::size_t j = s; j < m; ++j) {
         sum += cost[s][j - s];
-        next[j + 1] = std::min(next[j + 1], served[s] + sum);
+        if (served[s] + sum < next[j + 1]) {
+          next[j + 1] = served[s] + sum;
+          last[j + 1] = s;
+        }
       }
     }
     served.swap(next);
-    least_served = std::min(least_served, served[m]);
-    best = std::min(best, (total + least_served) / world + rounds * overhead);
+    if (served[m] < least_served) {
+      least_served = served[m];
+      least_k = k;
+    }
+    if (const double bound = (total + least_served) / world + rounds * overhead;
+        bound < out.bound) {
+      out.bound = bound;
+      best_k = least_k;
+    }
   }
-  return best;
+  // the runs of the bound, as sample ids (a row's members are its first samples)
+  std::vector<std::vector<std::int32_t>> samples_of(rows);
+  for (std::size_t i = 0; i < row_of.size(); ++i)
+    if (const auto r = static_cast<std::size_t>(row_of[i]); samples_of[r].size() < in_class[r])
+      samples_of[r].push_back(static_cast<std::int32_t>(i));
+  std::vector<std::size_t> taken(rows, 0);
+  std::vector<std::int32_t> sample_of(m);
+  for (std::size_t p = 0; p < m; ++p)
+    sample_of[p] = samples_of[members[p]][taken[members[p]]++];
+  std::size_t end = m;
+  for (std::size_t k = best_k; k > 0; --k) {
+    const std::size_t begin = from[k][end];
+    out.runs.emplace_back(sample_of.begin() + static_cast<std::ptrdiff_t>(begin),
+                          sample_of.begin() + static_cast<std::ptrdiff_t>(end));
+    end = begin;
+  }
+  std::reverse(out.runs.begin(), out.runs.end());
+  return out;
+}
+
+//! Every class's gap term (each smallest legal size of at least 2 that some sample has; none
+//! past `gap_bound_most_sizes` sizes): `budget_lower_bound`'s gap term is the largest, and
+//! `balanced`'s chunked construction builds each class's runs. `fewest`: the fewest rounds any
+//! plan has; `overhead`: the micro-batch overhead.
+template <workload_estimator Estimator>
+std::vector<gap_class> gap_classes(const problem& pr, const Estimator& estimator,
+                                   std::int64_t fewest, double overhead) {
+  std::vector<gap_class> out;
+  if (pr.size() == 0 || pr.cp_sizes.size() > gap_bound_most_sizes || !(overhead > 0))
+    return out;
+  const length_rows own = pr.cost_row.empty() ? group_by_length(pr) : length_rows{};
+  const std::vector<std::int32_t>& row_of = pr.cost_row.empty() ? own.row : pr.cost_row;
+  const std::vector<std::int32_t>& first_of = pr.cost_row.empty() ? own.row_sample : pr.row_sample;
+  std::vector<length_least> least(first_of.size());
+  std::vector<bool> smallest(static_cast<std::size_t>(pr.cp_sizes.back()) + 1, false);
+  double total = 0;
+  for (std::size_t r = 0; r < first_of.size(); ++r) {
+    const auto i = static_cast<std::size_t>(first_of[r]);
+    length_least& v = least[r];
+    for (const std::int32_t cp : pr.cp_sizes)
+      if (cp >= pr.min_cp_of[i]) {
+        const double w = sample_cost(pr, estimator, i, cp);
+        if (w * cp < v.area || (w * cp == v.area && w < v.own_time)) {
+          v.area = w * cp;
+          v.own_time = w;
+        }
+      }
+    smallest[static_cast<std::size_t>(pr.min_cp_of[i])] = true;
+  }
+  for (const std::int32_t r : row_of)
+    total += least[static_cast<std::size_t>(r)].area;
+  std::optional<gap_fillers> fillers; // made for the first class
+  for (std::size_t c = 2; c < smallest.size(); ++c)
+    if (smallest[c]) {
+      if (!fillers)
+        fillers = make_gap_fillers(pr, estimator, first_of, least);
+      out.push_back(gap_bound(pr, estimator, static_cast<std::int32_t>(c), row_of, first_of, least,
+                              *fillers, total, fewest, overhead));
+    }
+  return out;
 }
 
 } // namespace dcpp::detail

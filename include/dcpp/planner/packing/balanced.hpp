@@ -12,7 +12,10 @@
 #include <vector>
 
 #include "dcpp/planner/cost_rows.hpp"
+#include "dcpp/planner/costs.hpp"
 #include "dcpp/planner/evaluate.hpp"
+#include "dcpp/planner/gap_bound.hpp"
+#include "dcpp/planner/options.hpp"
 #include "dcpp/planner/packing.hpp"
 #include "dcpp/planner/packing/balanced/assignment.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
@@ -32,6 +35,7 @@ enum class balanced_construction : std::uint8_t {
   levelled, //!< balanced/levelled.hpp
   targeted, //!< balanced/targeted.hpp
   fixed_cp, //!< static_cp's plan: one CP size for every sample
+  chunked,  //!< each class's gap-term rounds (gap_bound.hpp), the other samples packed again
 };
 
 //! One step of the portfolio: a construction, the batch size (samples x ranks) up to which it
@@ -49,7 +53,7 @@ struct balanced_step {
 //! tie; a plan at the lower bound ends them): one size for every sample at the sizes of least
 //! total area (static_cp's plan, or the tiled one where the size does not divide the world);
 //! levelled at the default reach with free rides (the one levelled run on large batches); the
-//! same without; its four variants; static; targeted.
+//! same without; its four variants; static; targeted; chunked.
 [[nodiscard]] inline std::vector<balanced_step> balanced_steps(const balanced_tuning& t) {
   using enum balanced_construction;
   const std::int64_t variants = t.levelled_variants_limit;
@@ -65,6 +69,7 @@ struct balanced_step {
       {levelled, variants, {t.reach_area, 0.0, true, t.wide_raise_area}},
       {fixed_cp, t.static_limit, {}},
       {targeted, t.megatron_limit, {}},
+      {chunked, t.chunked_limit, {}},
   };
 }
 
@@ -93,11 +98,12 @@ struct balanced_with {
   std::int32_t extra_microbatches = -1;
   //! Which constructions' plans compete (bits). The megatron construction runs within its limit
   //! whatever the bits, to bound the rounds.
-  std::uint32_t constructions = 15;
+  std::uint32_t constructions = 31;
   static constexpr std::uint32_t construct_megatron = 1;
   static constexpr std::uint32_t construct_levelled = 2;
   static constexpr std::uint32_t construct_targeted = 4;
   static constexpr std::uint32_t construct_static = 8;
+  static constexpr std::uint32_t construct_chunked = 16;
   balanced_tuning tuning{};
 
   //! The order of the megatron, static and targeted constructions' samples. The buckets are
@@ -113,6 +119,11 @@ struct balanced_with {
 
   template <workload_estimator Estimator>
   plan pack(const problem& pr, const Estimator& estimator) const;
+
+private:
+  template <workload_estimator Estimator>
+  std::optional<plan> chunked_plan(const problem& pr, const Estimator& estimator,
+                                   const detail::gap_class& runs) const;
 };
 
 //! balanced with the default bucketing (by_cp_size).
@@ -298,6 +309,20 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
         }
       }
       break;
+    case chunked:
+      // each class's rounds as the gap term deals them (gap_bound.hpp), the others packed again,
+      // where the best plan so far is not within `chunked_gap` of the lower bound; the plan is
+      // improved however far behind it starts (its runs are the point, the rest a raw packing)
+      if (!(have_plan && best_step <= bound * (1 + tuning.chunked_gap)))
+        for (const detail::gap_class& c : detail::gap_classes(pr, estimator, min_microbatches(pr),
+                                                              microbatch_overhead(pr, estimator)))
+          if (!c.runs.empty() && !at_bound())
+            if (const std::optional<plan> p = chunked_plan(pr, estimator, c)) {
+              state a = state::from_plan(costs, *p);
+              if (static_cast<std::size_t>(a.rounds()) <= allowed)
+                keep_if_faster(a);
+            }
+      break;
     case megatron: break; // ran first
     }
   }
@@ -399,6 +424,79 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   }
 
   return best;
+}
+
+//! The chunked construction for one class: the members of each run of its gap term
+//! (`detail::gap_class`) on groups of the class's smallest size, in as many rounds as the world
+//! needs for them (runs halved where that makes the rounds a multiple of the micro-batch
+//! multiple; none where it cannot), then the other samples packed by this policy without this
+//! construction (at the batch's micro-batch overhead), their rounds after. Where the gap term's
+//! rounds are the best dealing of the class (bimodal/96/s1: 95 samples of 33K-66K tokens that
+//! need 16 ranks, 16 rounds of six in a row as other constructions deal them, 23 in runs of one
+//! to eight), the local search then fills the runs' free ranks from the other rounds.
+template <bucketing_policy Bucketing>
+template <workload_estimator Estimator>
+std::optional<plan> balanced_with<Bucketing>::chunked_plan(const problem& pr,
+                                                           const Estimator& estimator,
+                                                           const detail::gap_class& runs) const {
+  const plan_options& o = pr.options;
+  // the fastest run first: the local search, which sweeps the rounds in order, then fills the
+  // runs from the other rounds to 15.38 s on bimodal/96/s1 where the slowest first ends at 17.4
+  const auto per_round = static_cast<std::size_t>(o.world_size / runs.smallest);
+  std::vector<std::vector<std::int32_t>> rounds;
+  for (auto run = runs.runs.rbegin(); run != runs.runs.rend(); ++run)
+    for (std::size_t at = 0; at < run->size(); at += per_round)
+      rounds.emplace_back(run->begin() + static_cast<std::ptrdiff_t>(at),
+                          run->begin() +
+                              static_cast<std::ptrdiff_t>(std::min(run->size(), at + per_round)));
+  const auto multiple = static_cast<std::size_t>(o.microbatch_multiple);
+  while (rounds.size() % multiple != 0) {
+    const auto fullest =
+        std::max_element(rounds.begin(), rounds.end(),
+                         [](const auto& a, const auto& b) { return a.size() < b.size(); });
+    if (fullest->size() < 2)
+      return std::nullopt;
+    std::vector<std::int32_t> half(
+        fullest->begin() + static_cast<std::ptrdiff_t>(fullest->size() / 2), fullest->end());
+    fullest->resize(fullest->size() / 2);
+    rounds.insert(fullest + 1, std::move(half));
+  }
+  plan p;
+  p.world_size = o.world_size;
+  p.max_tokens_per_rank = o.max_tokens_per_rank;
+  p.lengths = pr.lengths;
+  std::vector<bool> placed(pr.size(), false);
+  for (const std::vector<std::int32_t>& members : rounds) {
+    plan_microbatch& mb = p.microbatches.emplace_back();
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      const auto rank = static_cast<std::int32_t>(k) * runs.smallest;
+      mb.groups.push_back({rank, runs.smallest, {members[k]}, 0, 0.0});
+      placed[static_cast<std::size_t>(members[k])] = true;
+    }
+  }
+  std::vector<std::int64_t> rest;
+  std::vector<std::int32_t> id_of; // the rest's sample ids in the batch
+  for (std::size_t i = 0; i < pr.size(); ++i)
+    if (!placed[i]) {
+      rest.push_back(pr.lengths[i]);
+      id_of.push_back(static_cast<std::int32_t>(i));
+    }
+  if (rest.empty())
+    return p;
+  plan_options rest_options = o;
+  rest_options.microbatch_overhead = microbatch_overhead(pr, estimator);
+  problem others = make_problem(rest_options, rest);
+  if (!pr.cost_row.empty())
+    tabulate_costs(others, estimator);
+  balanced_with inner = *this;
+  inner.constructions &= ~construct_chunked;
+  for (plan_microbatch& mb : inner.pack(others, estimator).microbatches) {
+    for (plan_group& g : mb.groups)
+      for (std::int32_t& s : g.samples)
+        s = id_of[static_cast<std::size_t>(s)];
+    p.microbatches.push_back(std::move(mb));
+  }
+  return p;
 }
 
 } // namespace dcpp

@@ -29,6 +29,13 @@ struct balanced_tuning {
   //! The levelled variants (0% and 10% reach, heavy samples apart) up to here: each costs a
   //! levelled run and a local search, 1.5-4.5x planning time where they run.
   std::int64_t levelled_variants_limit = std::int64_t{1} << 17;
+  //! The chunked construction (each class's gap-term rounds, the rest packed again) up to here:
+  //! per class of samples of one smallest size it costs a whole packing of the others and a
+  //! local search, so 2-5x planning time where it runs (context_ext/256: 2,048 samples on 256
+  //! ranks, 2^19).
+  std::int64_t chunked_limit = std::int64_t{1} << 19;
+  //! ... and only where the best plan so far is more than this share above the lower bound.
+  double chunked_gap = 0.02;
 
   // ---- the levelled construction ---------------------------------------------------------------
   //! A sample may join a group of a larger CP size when that costs at most this factor of its
@@ -214,6 +221,7 @@ struct balanced_tuning {
              within("megatron_improve_within", megatron_improve_within, 1, big),
              within("megatron_samples_per_rank", megatron_samples_per_rank, 0, big),
              within("aligned_gap", aligned_gap, 0, big),
+             within("chunked_gap", chunked_gap, 0, big),
              within("area_noise", area_noise, 0.5, 1),
              within("gain_epsilon", gain_epsilon, 0, 1),
              within("bound_reached", bound_reached, 0, 1),
