@@ -31,9 +31,9 @@ struct balanced_tuning {
   std::int64_t levelled_variants_limit = std::int64_t{1} << 17;
   //! The chunked construction (each class's gap-term rounds, the rest packed again) up to here:
   //! per class of samples of one smallest size it costs a whole packing of the others and a
-  //! local search, so 2-5x planning time where it runs (context_ext/256: 2,048 samples on 256
-  //! ranks, 2^19).
-  std::int64_t chunked_limit = std::int64_t{1} << 19;
+  //! local search, 3-8x planning time where it runs, so not from 4,096 samples on 64 ranks (2^18,
+  //! the 1 ms target's size: there its classes alone took 0.3 ms, and its plan never won).
+  std::int64_t chunked_limit = (std::int64_t{1} << 18) - 1;
   //! ... and only where the best plan so far is more than this share above the lower bound.
   double chunked_gap = 0.02;
 
