@@ -30,8 +30,9 @@ fs::path env_path(const char* name) {
   return v ? fs::path(v) : fs::path();
 }
 
-//! The sanitizer build (DCPP_TESTS_QUICK) plans the 65,536-sample cases with balanced only:
-//! megatron_greedy takes 4 s on them optimised, uniform_cp and static_cp most of a second.
+//! The sanitizer build (DCPP_TESTS_QUICK) plans one seed per generator, and the 65,536-sample
+//! cases with balanced only: megatron_greedy takes 4 s on them optimised, uniform_cp and
+//! static_cp most of a second.
 bool quick() {
   return std::getenv("DCPP_TESTS_QUICK") != nullptr;
 }
@@ -113,7 +114,9 @@ TEST_CASE("golden plans: every shipped policy plans the benchmark workloads as f
   REQUIRE(estimator);
 
   std::map<std::string, std::string> computed;
-  add_lines(computed, dcpp_bench::generated_cases(false), *estimator, "llama3-8b@h100");
+  // the quick build: one seed per generator (with the chunked construction its sanitized run
+  // of every seed took 390 s)
+  add_lines(computed, dcpp_bench::generated_cases(quick()), *estimator, "llama3-8b@h100");
   const auto refs = dcpp_bench::reference_cases(env_path("DCPP_REFERENCE_WORKLOADS"));
   add_lines(computed, refs, dcpp::megatron_cost{}, "megatron");
   add_lines(computed, refs, *estimator, "llama3-8b@h100");
@@ -141,7 +144,8 @@ TEST_CASE("golden plans: every shipped policy plans the benchmark workloads as f
     }
   }
   // every golden line is planned again, except the reference workloads' when ../shared is absent
-  // and, in the quick build, the large cases' policies other than balanced
+  // and, in the quick build, the seeds past the first and the large cases' policies other than
+  // balanced
   int not_run = 0;
   for (const auto& [key, hash] : golden)
     if (!computed.contains(key))
@@ -150,5 +154,6 @@ TEST_CASE("golden plans: every shipped policy plans the benchmark workloads as f
     CHECK_MESSAGE(not_run == 0, fmt::format("{} golden plans were not made again", not_run));
   MESSAGE(fmt::format("{} plans compared, {} differ, {} golden plans not made in this run",
                       compared, changed, not_run));
-  CHECK(compared >= 250); // not vacuous: 390 with the reference workloads, 278 without
+  // not vacuous: 414 with the reference workloads, 302 without (quick: 228 and 116)
+  CHECK(compared >= (quick() ? 100 : 250));
 }
