@@ -236,7 +236,8 @@ TEST_CASE("balanced: each construction alone runs, and the megatron plan is the 
     const auto m = run<dcpp::megatron_greedy>(o, lengths, dcpp::transformer_cost{});
     const auto megatron = only(B::construct_megatron), levelled = only(B::construct_levelled),
                targeted = only(B::construct_targeted), fixed = only(B::construct_static),
-               chunked = only(B::construct_chunked), none = only(0), all = only(B{}.constructions),
+               chunked = only(B::construct_chunked), bisected = only(B::construct_bisected),
+               none = only(0), all = only(B{}.constructions),
                levelled_single = only(B::construct_levelled, 0);
     // (the old targeted-alone plan was exactly the single levelled one, without its variants)
     targeted_differs += targeted.microbatches != levelled_single.microbatches ? 1 : 0;
@@ -247,12 +248,12 @@ TEST_CASE("balanced: each construction alone runs, and the megatron plan is the 
     CHECK(none.microbatches == megatron.microbatches);
     // every selected plan stays within the rounds the megatron plan bounds (plus the extra ones)
     // (the token minimum and as many again, or Megatron's count)
-    for (const auto* p : {&levelled, &targeted, &fixed, &chunked})
+    for (const auto* p : {&levelled, &targeted, &fixed, &chunked, &bisected})
       CHECK(p->microbatches.size() <=
             std::max(m.microbatches.size(),
                      2 * static_cast<std::size_t>(p->metrics.min_microbatches)));
-    // all five together keep the best of them
-    for (const auto* p : {&megatron, &levelled, &targeted, &fixed, &chunked})
+    // all six together keep the best of them
+    for (const auto* p : {&megatron, &levelled, &targeted, &fixed, &chunked, &bisected})
       CHECK(all.metrics.estimated_step_time <= p->metrics.estimated_step_time * (1 + 1e-12));
   }
   CHECK(targeted_differs >= 1);
@@ -266,12 +267,14 @@ std::pair<dcpp::plan, dcpp::plan> long_tail_48_without(const dcpp::balanced& wit
                                                        std::uint64_t seed) {
   const dcpp::plan_options o = options_for(48, 8192);
   const auto lengths = w::long_tail(1536, seed);
-  // on one network tier, where these numbers were measured, and without the chunked
-  // construction in either (it lifts these batches by itself)
+  // on one network tier, where these numbers were measured, and without the chunked and the
+  // bisected constructions in either (they lift some of these batches by themselves)
+  constexpr std::uint32_t later =
+      dcpp::balanced::construct_chunked | dcpp::balanced::construct_bisected;
   dcpp::balanced with;
-  with.constructions &= ~dcpp::balanced::construct_chunked;
+  with.constructions &= ~later;
   dcpp::balanced less = without;
-  less.constructions &= ~dcpp::balanced::construct_chunked;
+  less.constructions &= ~later;
   auto a = run<dcpp::balanced>(o, lengths, one_tier_h100(), less);
   auto b = run<dcpp::balanced>(o, lengths, one_tier_h100(), with);
   check_invariants(b, o);
@@ -312,25 +315,63 @@ TEST_CASE("balanced: the heavy-sample variant keeps the best plan and lifts long
 }
 
 TEST_CASE("balanced: the chunked construction packs a class of samples apart from the rest") {
-  // 400 long-tail samples on 24 ranks under length^2/cp: the portfolio without it had 0.985 of
-  // the budget-aware bound; the 4K-8K-token samples on 2 ranks, packed side by side in their own
+  // 400 long-tail samples on 24 ranks under length^2/cp: the portfolio without it (and without
+  // the bisected construction, which also lifts this batch, to 0.995) had 0.985 of the
+  // budget-aware bound; the 4K-8K-token samples on 2 ranks, packed side by side in their own
   // rounds and the rest of the batch after, reach 0.996
   const dcpp::plan_options o = options_for(24, 8192);
   const auto lengths = w::long_tail(400, 1);
   const double bound =
       dcpp::budget_lower_bound(dcpp::make_problem(o, lengths), dcpp::megatron_cost{});
   dcpp::balanced without;
-  without.constructions &= ~dcpp::balanced::construct_chunked;
+  without.constructions &=
+      ~(dcpp::balanced::construct_chunked | dcpp::balanced::construct_bisected);
+  dcpp::balanced with;
+  with.constructions &= ~dcpp::balanced::construct_bisected;
   const auto before = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, without);
-  const auto p = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{});
+  const auto p = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, with);
   check_invariants(p, o);
   CHECK(bound / before.metrics.estimated_step_time < 0.99);
   CHECK(bound / p.metrics.estimated_step_time > 0.995);
   // not where the best plan is already within chunked_gap of the lower bound
-  dcpp::balanced close = dcpp::balanced{};
+  dcpp::balanced close = with;
   close.tuning.chunked_gap = 1.0;
   CHECK(run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, close).microbatches ==
         before.microbatches);
+}
+
+TEST_CASE("balanced: the bisected construction halves each round's ranks between long samples") {
+  // 800 long-tail samples on 48 ranks under length^2/cp: the portfolio without it (and without
+  // the chunked construction) had 0.970 of the budget-aware bound. Its 15 samples that need CP
+  // dealt to rounds of their own, each round's 32 + 16 ranks halved between them, and the rest
+  // of the batch after, reach 0.998
+  const dcpp::plan_options o = options_for(48, 8192);
+  const auto lengths = w::long_tail(800, 1);
+  const double bound =
+      dcpp::budget_lower_bound(dcpp::make_problem(o, lengths), dcpp::megatron_cost{});
+  dcpp::balanced without;
+  without.constructions &=
+      ~(dcpp::balanced::construct_chunked | dcpp::balanced::construct_bisected);
+  dcpp::balanced with;
+  with.constructions &= ~dcpp::balanced::construct_chunked;
+  const auto before = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, without);
+  const auto p = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, with);
+  check_invariants(p, o);
+  CHECK(bound / before.metrics.estimated_step_time < 0.972);
+  CHECK(bound / p.metrics.estimated_step_time > 0.995);
+  // and with every construction
+  const auto all = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{});
+  CHECK(all.metrics.estimated_step_time <= p.metrics.estimated_step_time * (1 + 1e-12));
+  // not where too many samples need CP for a round's splits (bisected_round_samples), nor past
+  // bisected_samples of them, nor where the best plan is within chunked_gap of the bound
+  for (const auto& off : {+[](dcpp::balanced_tuning& t) { t.bisected_round_samples = 1; },
+                          +[](dcpp::balanced_tuning& t) { t.bisected_samples = 8; },
+                          +[](dcpp::balanced_tuning& t) { t.chunked_gap = 1.0; }}) {
+    dcpp::balanced b = with;
+    off(b.tuning);
+    CHECK(run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, b).microbatches ==
+          before.microbatches);
+  }
 }
 
 TEST_CASE("balanced: the cost table changes no plan") {
@@ -403,19 +444,34 @@ TEST_CASE("balanced: an unusable tuning is refused, naming the member, its value
           "balanced tuning: final_candidates_factor = 0 is below 1");
   refused([](auto& t) { t.final_search_from = -1; },
           "balanced tuning: final_search_from = -1 is below 0");
+  refused([](auto& t) { t.bisected_splits = 0; },
+          "balanced tuning: bisected_splits = 0 is below 1");
+  refused([](auto& t) { t.bisected_trials = -1; },
+          "balanced tuning: bisected_trials = -1 is below 0");
+  refused([](auto& t) { t.bisected_fill = 0; },
+          "balanced tuning: bisected_fill = 0 is not a finite number in [0.01, 1]");
+  refused([](auto& t) { t.bisected_round_samples = std::numeric_limits<double>::quiet_NaN(); },
+          "balanced tuning: bisected_round_samples = nan is not a finite number in [0, 1e+300]");
 }
 
 TEST_CASE("balanced: an extra round sheds a dominant sample's small companions") {
   // three samples on 32 ranks, budget 4096: the 64K one needs 16 ranks, which span nodes, and
-  // is fastest on all 32; no construction leaves it alone, so the two short samples share its
-  // round (and its slow ring). The pass after the portfolio moves them to a round of their own,
-  // which costs 5 ms and saves more
+  // is fastest on all 32; no construction but the bisected one leaves it alone, so the two
+  // short samples share its round (and its slow ring). The pass after the portfolio moves them
+  // to a round of their own, which costs 5 ms and saves more
   const dcpp::plan_options o = options_for(32, 4096);
   const std::vector<std::int64_t> lengths{1830, 65536, 412};
   dcpp::balanced without;
+  without.constructions &= ~dcpp::balanced::construct_bisected;
+  dcpp::balanced with = without;
   without.tuning.spill_passes = 0;
   const auto one = run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{}, without);
-  const auto two = run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{});
+  const auto two = run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{}, with);
+  // with every construction (the bisected one also puts the long sample in a round of its
+  // own), no slower
+  const auto all = run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{});
+  CHECK(all.microbatches.size() == 2);
+  CHECK(all.metrics.estimated_step_time <= two.metrics.estimated_step_time * (1 + 1e-12));
   check_invariants(two, o);
   CHECK(one.microbatches.size() == 1);
   REQUIRE(two.microbatches.size() == 2);

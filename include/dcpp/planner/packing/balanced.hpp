@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "dcpp/planner/options.hpp"
 #include "dcpp/planner/packing.hpp"
 #include "dcpp/planner/packing/balanced/assignment.hpp"
+#include "dcpp/planner/packing/balanced/bisected.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
 #include "dcpp/planner/packing/balanced/levelled.hpp"
 #include "dcpp/planner/packing/balanced/local_search.hpp"
@@ -36,6 +38,7 @@ enum class balanced_construction : std::uint8_t {
   targeted, //!< balanced/targeted.hpp
   fixed_cp, //!< static_cp's plan: one CP size for every sample
   chunked,  //!< each class's gap-term rounds (gap_bound.hpp), the other samples packed again
+  bisected, //!< balanced/bisected.hpp: the samples that need CP first, the others packed again
 };
 
 //! One step of the portfolio: a construction, the batch size (samples x ranks) up to which it
@@ -53,7 +56,7 @@ struct balanced_step {
 //! tie; a plan at the lower bound ends them): one size for every sample at the sizes of least
 //! total area (static_cp's plan, or the tiled one where the size does not divide the world);
 //! levelled at the default reach with free rides (the one levelled run on large batches); the
-//! same without; its four variants; static; targeted; chunked.
+//! same without; its four variants; static; targeted; bisected; chunked.
 [[nodiscard]] inline std::vector<balanced_step> balanced_steps(const balanced_tuning& t) {
   using enum balanced_construction;
   const std::int64_t variants = t.levelled_variants_limit;
@@ -69,6 +72,7 @@ struct balanced_step {
       {levelled, variants, {t.reach_area, 0.0, true, t.wide_raise_area}},
       {fixed_cp, t.static_limit, {}},
       {targeted, t.megatron_limit, {}},
+      {bisected, t.bisected_limit, {}},
       {chunked, t.chunked_limit, {}},
   };
 }
@@ -98,12 +102,13 @@ struct balanced_with {
   std::int32_t extra_microbatches = -1;
   //! Which constructions' plans compete (bits). The megatron construction runs within its limit
   //! whatever the bits, to bound the rounds.
-  std::uint32_t constructions = 31;
+  std::uint32_t constructions = 63;
   static constexpr std::uint32_t construct_megatron = 1;
   static constexpr std::uint32_t construct_levelled = 2;
   static constexpr std::uint32_t construct_targeted = 4;
   static constexpr std::uint32_t construct_static = 8;
   static constexpr std::uint32_t construct_chunked = 16;
+  static constexpr std::uint32_t construct_bisected = 32;
   balanced_tuning tuning{};
 
   //! The order of the megatron, static and targeted constructions' samples. The buckets are
@@ -124,6 +129,12 @@ private:
   template <workload_estimator Estimator>
   std::optional<plan> chunked_plan(const problem& pr, const Estimator& estimator,
                                    const detail::gap_class& runs) const;
+  template <workload_estimator Estimator>
+  std::vector<plan> bisected_plans(const problem& pr, const Estimator& estimator,
+                                   std::size_t allowed) const;
+  template <workload_estimator Estimator>
+  std::vector<plan_microbatch> pack_apart(const problem& pr, const Estimator& estimator,
+                                          const std::vector<bool>& placed) const;
 };
 
 //! balanced with the default bucketing (by_cp_size).
@@ -323,6 +334,23 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
                 keep_if_faster(a);
             }
       break;
+    case bisected:
+      // the samples that need CP in rounds of their own, each round's ranks halved between them
+      // (balanced/bisected.hpp), where the best plan so far is not within `chunked_gap` of the
+      // lower bound
+      // (its plan at the round count whose plan is fastest as it is: the local search takes
+      // most of the construction's time, and rarely reorders them)
+      if (!(have_plan && best_step <= bound * (1 + tuning.chunked_gap))) {
+        std::optional<state> fastest;
+        for (const plan& p : bisected_plans(pr, estimator, allowed)) {
+          state a = state::from_plan(costs, p);
+          if (!fastest || a.step_time() < fastest->step_time())
+            fastest = std::move(a);
+        }
+        if (fastest)
+          consider(*fastest);
+      }
+      break;
     case megatron: break; // ran first
     }
   }
@@ -474,6 +502,18 @@ std::optional<plan> balanced_with<Bucketing>::chunked_plan(const problem& pr,
       placed[static_cast<std::size_t>(members[k])] = true;
     }
   }
+  for (plan_microbatch& mb : pack_apart(pr, estimator, placed))
+    p.microbatches.push_back(std::move(mb));
+  return p;
+}
+
+//! The rounds of the samples not `placed`, packed by this policy as a batch of their own (at the
+//! batch's micro-batch overhead) without the constructions that call this, in batch sample ids.
+template <bucketing_policy Bucketing>
+template <workload_estimator Estimator>
+std::vector<plan_microbatch>
+balanced_with<Bucketing>::pack_apart(const problem& pr, const Estimator& estimator,
+                                     const std::vector<bool>& placed) const {
   std::vector<std::int64_t> rest;
   std::vector<std::int32_t> id_of; // the rest's sample ids in the batch
   for (std::size_t i = 0; i < pr.size(); ++i)
@@ -482,21 +522,75 @@ std::optional<plan> balanced_with<Bucketing>::chunked_plan(const problem& pr,
       id_of.push_back(static_cast<std::int32_t>(i));
     }
   if (rest.empty())
-    return p;
-  plan_options rest_options = o;
+    return {};
+  plan_options rest_options = pr.options;
   rest_options.microbatch_overhead = microbatch_overhead(pr, estimator);
   problem others = make_problem(rest_options, rest);
   if (!pr.cost_row.empty())
     tabulate_costs(others, estimator);
   balanced_with inner = *this;
-  inner.constructions &= ~construct_chunked;
-  for (plan_microbatch& mb : inner.pack(others, estimator).microbatches) {
+  inner.constructions &= ~(construct_chunked | construct_bisected);
+  std::vector<plan_microbatch> rounds = inner.pack(others, estimator).microbatches;
+  for (plan_microbatch& mb : rounds)
     for (plan_group& g : mb.groups)
       for (std::int32_t& s : g.samples)
         s = id_of[static_cast<std::size_t>(s)];
-    p.microbatches.push_back(std::move(mb));
+  return rounds;
+}
+
+//! The bisected construction's plans (balanced/bisected.hpp): the samples that need CP (a
+//! smallest legal size of 2 or more; at most `tuning.bisected_samples`) in rounds of their own,
+//! at each round count from the fewest their tokens allow (at `tuning.bisected_fill` of the
+//! world's) to `tuning.bisected_extra_rounds` micro-batch multiples more, the other samples'
+//! rounds after them (packed once, `pack_apart`); only plans within `allowed` rounds.
+template <bucketing_policy Bucketing>
+template <workload_estimator Estimator>
+std::vector<plan> balanced_with<Bucketing>::bisected_plans(const problem& pr,
+                                                           const Estimator& estimator,
+                                                           std::size_t allowed) const {
+  const plan_options& o = pr.options;
+  std::vector<std::int32_t> members;
+  std::vector<bool> placed(pr.size(), false);
+  double tokens = 0;
+  for (std::size_t i = 0; i < pr.size(); ++i)
+    if (pr.min_cp_of[i] >= 2) {
+      members.push_back(static_cast<std::int32_t>(i));
+      placed[i] = true;
+      tokens += static_cast<double>(pr.lengths[i]);
+    }
+  const double room = tuning.bisected_fill * static_cast<double>(o.max_tokens_per_rank) *
+                      static_cast<double>(o.world_size);
+  const auto fewest = round_up<std::int64_t>(
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(tokens / room))),
+      o.microbatch_multiple);
+  if (members.empty() ||
+      members.size() > std::min<std::size_t>(static_cast<std::size_t>(tuning.bisected_samples),
+                                             detail::bisector<Estimator>::most_members) ||
+      static_cast<double>(members.size()) >
+          tuning.bisected_round_samples * static_cast<double>(fewest))
+    return {};
+  const std::vector<plan_microbatch> rest = pack_apart(pr, estimator, placed);
+  const detail::bisector<Estimator> halving(pr, estimator, members, tuning.bisected_exhaustive,
+                                            tuning.bisected_splits);
+  std::vector<plan> out;
+  for (std::int64_t k = fewest;
+       k <= fewest + std::int64_t{tuning.bisected_extra_rounds} * o.microbatch_multiple &&
+       static_cast<std::size_t>(k) <= members.size() &&
+       static_cast<std::size_t>(k) + rest.size() <= allowed;
+       k += o.microbatch_multiple) {
+    std::optional<std::vector<plan_microbatch>> rounds = detail::bisected_rounds(
+        pr, static_cast<std::int32_t>(k), tuning.bisected_fill, tuning.bisected_steps,
+        tuning.bisected_trials, static_cast<std::size_t>(tuning.bisected_layouts), halving);
+    if (!rounds)
+      continue;
+    plan& p = out.emplace_back();
+    p.world_size = o.world_size;
+    p.max_tokens_per_rank = o.max_tokens_per_rank;
+    p.lengths = pr.lengths;
+    p.microbatches = std::move(*rounds);
+    p.microbatches.insert(p.microbatches.end(), rest.begin(), rest.end());
   }
-  return p;
+  return out;
 }
 
 } // namespace dcpp

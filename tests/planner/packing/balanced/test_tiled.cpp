@@ -100,7 +100,8 @@ TEST_CASE("tiled: a size that does not divide the world balances under length^2/
   const double bound = dcpp::budget_lower_bound(pr, dcpp::megatron_cost{});
   dcpp::balanced without;
   without.constructions = dcpp::balanced{}.constructions &
-                          ~(dcpp::balanced::construct_static | dcpp::balanced::construct_chunked);
+                          ~(dcpp::balanced::construct_static | dcpp::balanced::construct_chunked |
+                            dcpp::balanced::construct_bisected);
   const auto before = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, without);
   const auto p = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{});
   check_invariants(p, o);

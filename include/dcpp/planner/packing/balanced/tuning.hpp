@@ -36,6 +36,36 @@ struct balanced_tuning {
   std::int64_t chunked_limit = (std::int64_t{1} << 18) - 1;
   //! ... and only where the best plan so far is more than this share above the lower bound.
   double chunked_gap = 0.02;
+  //! The bisected construction (the samples that need CP dealt to rounds, each round's ranks
+  //! halved between them, the rest packed again) up to here, where the best plan so far is more
+  //! than `chunked_gap` above the lower bound, and only where at most `bisected_samples` samples
+  //! (64 at most) need CP...
+  std::int64_t bisected_limit = std::int64_t{1} << 22;
+  std::int32_t bisected_samples = 64;
+  //! ... and at most this many of them per round at the fewest rounds: a round's layout tries
+  //! 2^(n-1) splits of its n samples, and the rounds' search asks for thousands of layouts
+  //! (long_tail/s1, 43 samples in 3 rounds on 64 ranks: 0.57 -> 1.9 s, for no better plan).
+  double bisected_round_samples = 10;
+  //! A round's samples are split between two halves by trying every split up to this many
+  //! samples (at most 20), by a greedy split past it...
+  std::int32_t bisected_exhaustive = 12;
+  //! ...and the halves of this many of the most even splits that place both are laid out in
+  //! turn, the fastest kept: on context_ext/256 (41 samples of 300K-1M tokens on 256 ranks) one
+  //! such split per block reaches 0.967 of the budget-aware bound, four 0.98.
+  std::int32_t bisected_splits = 4;
+  //! Round counts tried: from the fewest that hold the samples' tokens at `bisected_fill` of
+  //! the world's to this many micro-batch multiples more.
+  std::int32_t bisected_extra_rounds = 3;
+  double bisected_fill = 0.97;
+  //! The rounds' search (of three deals each): at most this many moves or swaps of one sample
+  //! between two rounds, the one that lowers their two times most each time...
+  std::int32_t bisected_steps = 64;
+  //! ... and at most this many tried, per deal and round count, and none once the construction
+  //! has laid out this many sets of samples on blocks of ranks in all (each costs a few
+  //! microseconds and is remembered: long_tail/48/s3 asks for 74,000 over four round counts,
+  //! 0.23 s, context_ext/256 for 49,000, its best plan at the second count after 38,000).
+  std::int64_t bisected_trials = 4096;
+  std::int64_t bisected_layouts = 40000;
 
   // ---- the levelled construction ---------------------------------------------------------------
   //! A sample may join a group of a larger CP size when that costs at most this factor of its
@@ -209,6 +239,14 @@ struct balanced_tuning {
              at_least("narrow_candidates", narrow_candidates, 1),
              at_least("swap_samples", swap_samples, 1),
              at_least("final_candidates_factor", final_candidates_factor, 1),
+             at_least("bisected_limit", bisected_limit, 0),
+             at_least("bisected_samples", bisected_samples, 0),
+             at_least("bisected_exhaustive", bisected_exhaustive, 0),
+             at_least("bisected_splits", bisected_splits, 1),
+             at_least("bisected_extra_rounds", bisected_extra_rounds, 0),
+             at_least("bisected_steps", bisected_steps, 0),
+             at_least("bisected_trials", bisected_trials, 0),
+             at_least("bisected_layouts", bisected_layouts, 0),
              within("reach_area", reach_area, 0, big),
              within("narrow_reach_area", narrow_reach_area, 0, big),
              within("wide_reach_area", wide_reach_area, 0, big),
@@ -222,6 +260,8 @@ struct balanced_tuning {
              within("megatron_samples_per_rank", megatron_samples_per_rank, 0, big),
              within("aligned_gap", aligned_gap, 0, big),
              within("chunked_gap", chunked_gap, 0, big),
+             within("bisected_fill", bisected_fill, 0.01, 1),
+             within("bisected_round_samples", bisected_round_samples, 0, big),
              within("area_noise", area_noise, 0.5, 1),
              within("gain_epsilon", gain_epsilon, 0, 1),
              within("bound_reached", bound_reached, 0, 1),
