@@ -314,6 +314,31 @@ TEST_CASE("balanced: the heavy-sample variant keeps the best plan and lifts long
   }
 }
 
+namespace {
+// A batch under length^2/cp planned without the chunked and bisected constructions (`before`)
+// and with the one of them in `bit` alone (`after`), and its budget-aware bound; `after` is
+// checked valid.
+struct one_construction {
+  dcpp::balanced with;
+  double bound = 0;
+  dcpp::plan before, after;
+};
+one_construction plan_with_only(const dcpp::plan_options& o,
+                                const std::vector<std::int64_t>& lengths, std::uint32_t bit) {
+  constexpr std::uint32_t both =
+      dcpp::balanced::construct_chunked | dcpp::balanced::construct_bisected;
+  one_construction r;
+  r.bound = dcpp::budget_lower_bound(dcpp::make_problem(o, lengths), dcpp::megatron_cost{});
+  dcpp::balanced without;
+  without.constructions &= ~both;
+  r.with.constructions &= ~(both & ~bit);
+  r.before = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, without);
+  r.after = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, r.with);
+  check_invariants(r.after, o);
+  return r;
+}
+} // namespace
+
 TEST_CASE("balanced: the chunked construction packs a class of samples apart from the rest") {
   // 400 long-tail samples on 24 ranks under length^2/cp: the portfolio without it (and without
   // the bisected construction, which also lifts this batch, to 0.995) had 0.985 of the
@@ -321,23 +346,14 @@ TEST_CASE("balanced: the chunked construction packs a class of samples apart fro
   // rounds and the rest of the batch after, reach 0.996
   const dcpp::plan_options o = options_for(24, 8192);
   const auto lengths = w::long_tail(400, 1);
-  const double bound =
-      dcpp::budget_lower_bound(dcpp::make_problem(o, lengths), dcpp::megatron_cost{});
-  dcpp::balanced without;
-  without.constructions &=
-      ~(dcpp::balanced::construct_chunked | dcpp::balanced::construct_bisected);
-  dcpp::balanced with;
-  with.constructions &= ~dcpp::balanced::construct_bisected;
-  const auto before = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, without);
-  const auto p = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, with);
-  check_invariants(p, o);
-  CHECK(bound / before.metrics.estimated_step_time < 0.99);
-  CHECK(bound / p.metrics.estimated_step_time > 0.995);
+  const auto r = plan_with_only(o, lengths, dcpp::balanced::construct_chunked);
+  CHECK(r.bound / r.before.metrics.estimated_step_time < 0.99);
+  CHECK(r.bound / r.after.metrics.estimated_step_time > 0.995);
   // not where the best plan is already within chunked_gap of the lower bound
-  dcpp::balanced close = with;
+  dcpp::balanced close = r.with;
   close.tuning.chunked_gap = 1.0;
   CHECK(run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, close).microbatches ==
-        before.microbatches);
+        r.before.microbatches);
 }
 
 TEST_CASE("balanced: the bisected construction halves each round's ranks between long samples") {
@@ -347,30 +363,21 @@ TEST_CASE("balanced: the bisected construction halves each round's ranks between
   // of the batch after, reach 0.998
   const dcpp::plan_options o = options_for(48, 8192);
   const auto lengths = w::long_tail(800, 1);
-  const double bound =
-      dcpp::budget_lower_bound(dcpp::make_problem(o, lengths), dcpp::megatron_cost{});
-  dcpp::balanced without;
-  without.constructions &=
-      ~(dcpp::balanced::construct_chunked | dcpp::balanced::construct_bisected);
-  dcpp::balanced with;
-  with.constructions &= ~dcpp::balanced::construct_chunked;
-  const auto before = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, without);
-  const auto p = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, with);
-  check_invariants(p, o);
-  CHECK(bound / before.metrics.estimated_step_time < 0.972);
-  CHECK(bound / p.metrics.estimated_step_time > 0.995);
+  const auto r = plan_with_only(o, lengths, dcpp::balanced::construct_bisected);
+  CHECK(r.bound / r.before.metrics.estimated_step_time < 0.972);
+  CHECK(r.bound / r.after.metrics.estimated_step_time > 0.995);
   // and with every construction
   const auto all = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{});
-  CHECK(all.metrics.estimated_step_time <= p.metrics.estimated_step_time * (1 + 1e-12));
+  CHECK(all.metrics.estimated_step_time <= r.after.metrics.estimated_step_time * (1 + 1e-12));
   // not where too many samples need CP for a round's splits (bisected_round_samples), nor past
   // bisected_samples of them, nor where the best plan is within chunked_gap of the bound
   for (const auto& off : {+[](dcpp::balanced_tuning& t) { t.bisected_round_samples = 1; },
                           +[](dcpp::balanced_tuning& t) { t.bisected_samples = 8; },
                           +[](dcpp::balanced_tuning& t) { t.chunked_gap = 1.0; }}) {
-    dcpp::balanced b = with;
+    dcpp::balanced b = r.with;
     off(b.tuning);
     CHECK(run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, b).microbatches ==
-          before.microbatches);
+          r.before.microbatches);
   }
 }
 

@@ -120,6 +120,18 @@ void check_split(const batch& b, const halving::split& s, const std::vector<std:
   CHECK(s.time == doctest::Approx(slowest).epsilon(1e-12));
 }
 
+// A round's time: its slowest group's load, summed here from the estimator's costs.
+double slowest_group(const batch& b, const dcpp::plan_microbatch& mb) {
+  double slowest = 0;
+  for (const dcpp::plan_group& g : mb.groups) {
+    double load = 0;
+    for (const std::int32_t m : g.samples)
+      load += dcpp::sample_cost(b.pr, b.e, static_cast<std::size_t>(m), g.cp);
+    slowest = std::max(slowest, load);
+  }
+  return slowest;
+}
+
 // Options of a small random batch whose samples mostly need CP: 4-`widest` ranks, aligned or
 // contiguous, budgets of 1-4K tokens.
 dcpp::plan_options small_options(dcpp::workload::rng& r, std::int32_t widest = 24) {
@@ -246,30 +258,15 @@ TEST_CASE("bisected_rounds: every member once, no round empty, the search no slo
       seen.insert(in_round.begin(), in_round.end());
       halving::split s;
       s.groups = mb.groups;
-      double slowest = 0;
-      for (const dcpp::plan_group& g : mb.groups) {
-        double load = 0;
-        for (const std::int32_t m : g.samples)
-          load += dcpp::sample_cost(b.pr, b.e, static_cast<std::size_t>(m), g.cp);
-        slowest = std::max(slowest, load);
-      }
-      s.time = slowest;
+      s.time = slowest_group(b, mb);
       check_split(b, s, in_round, 0, o.world_size);
-      total += slowest;
+      total += s.time;
     }
     CHECK(seen == std::multiset<std::int32_t>(members.begin(), members.end()));
     if (dealt) {
       double before = 0;
-      for (const dcpp::plan_microbatch& mb : *dealt) {
-        double slowest = 0;
-        for (const dcpp::plan_group& g : mb.groups) {
-          double load = 0;
-          for (const std::int32_t m : g.samples)
-            load += dcpp::sample_cost(b.pr, b.e, static_cast<std::size_t>(m), g.cp);
-          slowest = std::max(slowest, load);
-        }
-        before += slowest;
-      }
+      for (const dcpp::plan_microbatch& mb : *dealt)
+        before += slowest_group(b, mb);
       CHECK(total <= before * (1 + 1e-12));
       faster += total < before * (1 - 1e-9) ? 1 : 0;
     }
