@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -339,23 +340,30 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
   // the values over the legal sizes, once per length (tabulate_costs's cost rows, or the same
   // grouping made here): on 65,536 samples of 7,075 lengths over 1,024 contiguous sizes, a tenth of
   // the work
+  // (the rows are the gap term's too, which also reads each row's least area and its own
+  // time, the time on the size of least area)
   struct over_sizes {
     double least_area = std::numeric_limits<double>::infinity();
     double least_time = std::numeric_limits<double>::infinity();
     double most_free = 0;
     double least_tokens = std::numeric_limits<double>::infinity();
   };
-  const length_rows own = pr.cost_row.empty() ? group_by_length(pr) : length_rows{};
-  const std::vector<std::int32_t>& row_of = pr.cost_row.empty() ? own.row : pr.cost_row;
-  const std::vector<std::int32_t>& first_of = pr.cost_row.empty() ? own.row_sample : pr.row_sample;
+  gap_rows lengths;
+  start_gap_rows(pr, lengths);
+  const std::span<const std::int32_t> row_of = lengths.row_of, first_of = lengths.first_of;
   std::vector<over_sizes> rows(first_of.size());
   for (std::size_t r = 0; r < rows.size(); ++r) {
     const auto first = static_cast<std::size_t>(first_of[r]);
     over_sizes& v = rows[r];
+    length_least& own = lengths.least[r];
     for (const std::int32_t cp : pr.cp_sizes) {
       if (cp < pr.min_cp_of[first])
         continue;
       const double w = sample_cost(pr, estimator, first, cp);
+      if (w * cp < own.area || (w * cp == own.area && w < own.own_time)) {
+        own.area = w * cp;
+        own.own_time = w;
+      }
       v.least_area = std::min(v.least_area, w * cp);
       v.least_time = std::min(v.least_time, w);
       v.most_free = std::max(v.most_free, (n - cp) * w);
@@ -363,6 +371,7 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
           std::min(v.least_tokens, static_cast<double>(pr.rank_tokens(first, cp)) * cp);
     }
   }
+  finish_gap_rows(pr, lengths);
   for (std::size_t i = 0; i < pr.size(); ++i) {
     const auto& [least_area, least_time, most_free, least_tokens] =
         rows[static_cast<std::size_t>(row_of[i])];
@@ -392,7 +401,7 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
   const auto fewest =
       static_cast<std::int64_t>(std::max<std::size_t>(static_cast<std::size_t>(k_min), heavy));
   double gaps = 0; // the gap term of each class of samples (same smallest size, at least 2)
-  for (const gap_class& c : gap_classes(pr, estimator, fewest, overhead))
+  for (const gap_class& c : gap_classes(pr, estimator, lengths, fewest, overhead))
     gaps = std::max(gaps, c.bound);
   return {std::max({area / n, longest, work_bound, forced}) +
               static_cast<double>(fewest) * overhead,

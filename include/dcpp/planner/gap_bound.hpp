@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "dcpp/planner/costs.hpp"
@@ -27,6 +29,71 @@ struct length_least {
   double own_time = std::numeric_limits<double>::infinity();
 };
 
+//! The lengths as the gap term reads them, worked out once per batch: each sample's row and a
+//! sample of each row (the problem's cost rows, or `group_by_length`'s), each row's least area
+//! and own time and number of samples, the rows of each smallest size of at least 2 (`classes`,
+//! ascending by size), and the sum of every sample's least area.
+struct gap_rows {
+  length_rows own; // the rows where the problem has none
+  std::span<const std::int32_t> row_of, first_of;
+  std::vector<length_least> least;
+  std::vector<std::size_t> count;
+  std::vector<std::pair<std::int32_t, std::vector<std::size_t>>> classes;
+  double total = 0;
+
+  gap_rows() = default;
+  gap_rows(const gap_rows&) = delete; // the spans may refer to `own`
+  gap_rows& operator=(const gap_rows&) = delete;
+};
+
+//! `rows`' lengths and counts for `pr` (the least areas and own times left to the caller), and
+//! `finish_gap_rows` the classes and total once they are in.
+inline void start_gap_rows(const problem& pr, gap_rows& rows) {
+  if (pr.cost_row.empty())
+    rows.own = group_by_length(pr);
+  rows.row_of = pr.cost_row.empty() ? std::span<const std::int32_t>(rows.own.row)
+                                    : std::span<const std::int32_t>(pr.cost_row);
+  rows.first_of = pr.cost_row.empty() ? std::span<const std::int32_t>(rows.own.row_sample)
+                                      : std::span<const std::int32_t>(pr.row_sample);
+  rows.least.assign(rows.first_of.size(), length_least{});
+  rows.count.assign(rows.first_of.size(), 0);
+  for (const std::int32_t r : rows.row_of)
+    ++rows.count[static_cast<std::size_t>(r)];
+}
+inline void finish_gap_rows(const problem& pr, gap_rows& rows) {
+  rows.total = 0;
+  for (const std::int32_t r : rows.row_of)
+    rows.total += rows.least[static_cast<std::size_t>(r)].area;
+  std::vector<std::vector<std::size_t>> by_size(
+      pr.cp_sizes.empty() ? 0 : static_cast<std::size_t>(pr.cp_sizes.back()) + 1);
+  for (std::size_t r = 0; r < rows.first_of.size(); ++r)
+    by_size[static_cast<std::size_t>(pr.min_cp_of[static_cast<std::size_t>(rows.first_of[r])])]
+        .push_back(r);
+  rows.classes.clear();
+  for (std::size_t c = 2; c < by_size.size(); ++c)
+    if (!by_size[c].empty())
+      rows.classes.emplace_back(static_cast<std::int32_t>(c), std::move(by_size[c]));
+}
+
+//! The gap term's rows of `pr`, each row's least area and own time worked out here.
+template <workload_estimator Estimator>
+void make_gap_rows(const problem& pr, const Estimator& estimator, gap_rows& rows) {
+  start_gap_rows(pr, rows);
+  for (std::size_t r = 0; r < rows.first_of.size(); ++r) {
+    const auto i = static_cast<std::size_t>(rows.first_of[r]);
+    length_least& v = rows.least[r];
+    for (const std::int32_t cp : pr.cp_sizes)
+      if (cp >= pr.min_cp_of[i]) {
+        const double w = sample_cost(pr, estimator, i, cp);
+        if (w * cp < v.area || (w * cp == v.area && w < v.own_time)) {
+          v.area = w * cp;
+          v.own_time = w;
+        }
+      }
+  }
+  finish_gap_rows(pr, rows);
+}
+
 //! Every sample of every length on every legal size, by time: the fillers of `gap_bound`.
 struct gap_fillers {
   struct entry {
@@ -39,9 +106,9 @@ struct gap_fillers {
 };
 
 template <workload_estimator Estimator>
-gap_fillers make_gap_fillers(const problem& pr, const Estimator& estimator,
-                             const std::vector<std::int32_t>& first_of,
-                             const std::vector<length_least>& least) {
+gap_fillers make_gap_fillers(const problem& pr, const Estimator& estimator, const gap_rows& rows) {
+  const std::span<const std::int32_t> first_of = rows.first_of;
+  const std::vector<length_least>& least = rows.least;
   gap_fillers all;
   all.by_size.resize(pr.cp_sizes.size());
   for (std::size_t c = 0; c < pr.cp_sizes.size(); ++c) {
@@ -71,32 +138,26 @@ struct gap_class {
   std::vector<std::vector<std::int32_t>> runs;
 };
 
-//! The gap term for the samples whose smallest legal size is `smallest` (the class; at most
-//! `most_members` of them, the slowest by own time). `row_of` / `first_of`: the rows of the
-//! lengths and a sample of each; `least`: per row; `all`: `make_gap_fillers`'s table; `total`:
-//! the sum of every sample's least area; `fewest`: the fewest rounds any plan has.
+//! The gap term for the samples whose smallest legal size is `smallest` (the class, its rows
+//! `class_rows`; at most `most_members` of them, the slowest by own time). `lengths`: the batch's
+//! rows; `all`: `make_gap_fillers`'s table; `fewest`: the fewest rounds any plan has.
 //! `budget_lower_bound` has the proof.
 template <workload_estimator Estimator>
 gap_class gap_bound(const problem& pr, const Estimator& estimator, std::int32_t smallest,
-                    const std::vector<std::int32_t>& row_of,
-                    const std::vector<std::int32_t>& first_of,
-                    const std::vector<length_least>& least, const gap_fillers& all, double total,
-                    std::int64_t fewest, double overhead) {
+                    std::vector<std::size_t> member_rows, const gap_rows& lengths,
+                    const gap_fillers& all, std::int64_t fewest, double overhead) {
   constexpr std::size_t most_members = 128;
   constexpr double merge_within = 1.0 / 128;
   constexpr double never = std::numeric_limits<double>::infinity();
+  const std::span<const std::int32_t> row_of = lengths.row_of, first_of = lengths.first_of;
+  const std::vector<length_least>& least = lengths.least;
+  const std::vector<std::size_t>& count = lengths.count;
+  const double total = lengths.total;
   const std::size_t rows = first_of.size();
   const double world = pr.options.world_size;
   const auto budget = pr.options.max_tokens_per_rank;
   const auto first = [&](std::size_t r) { return static_cast<std::size_t>(first_of[r]); };
   // the members: the class's samples by own time, slowest first (as rows with counts)
-  std::vector<std::size_t> count(rows, 0);
-  for (const std::int32_t r : row_of)
-    ++count[static_cast<std::size_t>(r)];
-  std::vector<std::size_t> member_rows;
-  for (std::size_t r = 0; r < rows; ++r)
-    if (pr.min_cp_of[first(r)] == smallest)
-      member_rows.push_back(r);
   std::sort(member_rows.begin(), member_rows.end(), [&](std::size_t a, std::size_t b) {
     return least[a].own_time != least[b].own_time ? least[a].own_time > least[b].own_time : a < b;
   });
@@ -269,44 +330,31 @@ gap_class gap_bound(const problem& pr, const Estimator& estimator, std::int32_t 
 
 //! Every class's gap term (each smallest legal size of at least 2 that some sample has; none
 //! past `gap_bound_most_sizes` sizes): `budget_lower_bound`'s gap term is the largest, and
-//! `balanced`'s chunked construction builds each class's runs. `fewest`: the fewest rounds any
-//! plan has; `overhead`: the micro-batch overhead.
+//! `balanced`'s chunked construction builds each class's runs. `rows`: the batch's lengths
+//! (`make_gap_rows`, or `budget_lower_bound`'s own); `fewest`: the fewest rounds any plan has;
+//! `overhead`: the micro-batch overhead.
+template <workload_estimator Estimator>
+std::vector<gap_class> gap_classes(const problem& pr, const Estimator& estimator,
+                                   const gap_rows& rows, std::int64_t fewest, double overhead) {
+  std::vector<gap_class> out;
+  if (pr.size() == 0 || pr.cp_sizes.size() > gap_bound_most_sizes || !(overhead > 0) ||
+      rows.classes.empty())
+    return out;
+  const gap_fillers fillers = make_gap_fillers(pr, estimator, rows);
+  for (const auto& [smallest, members] : rows.classes)
+    out.push_back(gap_bound(pr, estimator, smallest, members, rows, fillers, fewest, overhead));
+  return out;
+}
+
+//! The same, the lengths worked out here.
 template <workload_estimator Estimator>
 std::vector<gap_class> gap_classes(const problem& pr, const Estimator& estimator,
                                    std::int64_t fewest, double overhead) {
-  std::vector<gap_class> out;
   if (pr.size() == 0 || pr.cp_sizes.size() > gap_bound_most_sizes || !(overhead > 0))
-    return out;
-  const length_rows own = pr.cost_row.empty() ? group_by_length(pr) : length_rows{};
-  const std::vector<std::int32_t>& row_of = pr.cost_row.empty() ? own.row : pr.cost_row;
-  const std::vector<std::int32_t>& first_of = pr.cost_row.empty() ? own.row_sample : pr.row_sample;
-  std::vector<length_least> least(first_of.size());
-  std::vector<bool> smallest(static_cast<std::size_t>(pr.cp_sizes.back()) + 1, false);
-  double total = 0;
-  for (std::size_t r = 0; r < first_of.size(); ++r) {
-    const auto i = static_cast<std::size_t>(first_of[r]);
-    length_least& v = least[r];
-    for (const std::int32_t cp : pr.cp_sizes)
-      if (cp >= pr.min_cp_of[i]) {
-        const double w = sample_cost(pr, estimator, i, cp);
-        if (w * cp < v.area || (w * cp == v.area && w < v.own_time)) {
-          v.area = w * cp;
-          v.own_time = w;
-        }
-      }
-    smallest[static_cast<std::size_t>(pr.min_cp_of[i])] = true;
-  }
-  for (const std::int32_t r : row_of)
-    total += least[static_cast<std::size_t>(r)].area;
-  std::optional<gap_fillers> fillers; // made for the first class
-  for (std::size_t c = 2; c < smallest.size(); ++c)
-    if (smallest[c]) {
-      if (!fillers)
-        fillers = make_gap_fillers(pr, estimator, first_of, least);
-      out.push_back(gap_bound(pr, estimator, static_cast<std::int32_t>(c), row_of, first_of, least,
-                              *fillers, total, fewest, overhead));
-    }
-  return out;
+    return {};
+  gap_rows rows;
+  make_gap_rows(pr, estimator, rows);
+  return gap_classes(pr, estimator, rows, fewest, overhead);
 }
 
 } // namespace dcpp::detail

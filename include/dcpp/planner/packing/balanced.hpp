@@ -190,10 +190,12 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
       have_plan = true;
     }
   };
-  const auto consider = [&](state& a, bool search = true) {
+  // ... where it is within the allowed rounds and (unless `however_far`) within
+  // `improve_within` of the best so far: too far behind, it is not worth improving
+  const auto consider = [&](state& a, bool search = true, bool however_far = false) {
     if (static_cast<std::size_t>(a.rounds()) > allowed ||
-        a.step_time() > tuning.improve_within * best_step)
-      return; // over the bound, or too far behind to be worth improving
+        (!however_far && a.step_time() > tuning.improve_within * best_step))
+      return;
     keep_if_faster(a, search);
   };
   // the megatron plan, improved, as the best so far and its round count as the bound
@@ -330,8 +332,7 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
           if (!c.runs.empty() && !at_bound())
             if (const std::optional<plan> p = chunked_plan(pr, estimator, c)) {
               state a = state::from_plan(costs, *p);
-              if (static_cast<std::size_t>(a.rounds()) <= allowed)
-                keep_if_faster(a);
+              consider(a, true, true);
             }
       break;
     case bisected:
