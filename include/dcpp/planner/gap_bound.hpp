@@ -139,7 +139,7 @@ struct gap_class {
 };
 
 //! The gap term for the samples whose smallest legal size is `smallest` (the class, its rows
-//! `class_rows`; at most `most_members` of them, the slowest by own time). `lengths`: the batch's
+//! `member_rows`; at most `most_members` of them, the slowest by own time). `lengths`: the batch's
 //! rows; `all`: `make_gap_fillers`'s table; `fewest`: the fewest rounds any plan has.
 //! `budget_lower_bound` has the proof.
 template <workload_estimator Estimator>
