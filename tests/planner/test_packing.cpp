@@ -459,6 +459,8 @@ TEST_CASE("balanced: an unusable tuning is refused, naming the member, its value
           "balanced tuning: bisected_fill = 0 is not a finite number in [0.01, 1]");
   refused([](auto& t) { t.bisected_round_samples = std::numeric_limits<double>::quiet_NaN(); },
           "balanced tuning: bisected_round_samples = nan is not a finite number in [0, 1e+300]");
+  refused([](auto& t) { t.bisected_work = -std::numeric_limits<double>::infinity(); },
+          "balanced tuning: bisected_work = -inf is not a finite number in [0, 1e+300]");
 }
 
 TEST_CASE("balanced: an extra round sheds a dominant sample's small companions") {

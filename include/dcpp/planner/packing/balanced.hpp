@@ -573,15 +573,22 @@ std::vector<plan> balanced_with<Bucketing>::bisected_plans(const problem& pr,
   const std::vector<plan_microbatch> rest = pack_apart(pr, estimator, placed);
   const detail::bisector<Estimator> halving(pr, estimator, members, tuning.bisected_exhaustive,
                                             tuning.bisected_splits);
+  // the search's work in proportion to the batch's size
+  const detail::bisected_search search{
+      .fill = tuning.bisected_fill,
+      .steps = tuning.bisected_steps,
+      .trials = tuning.bisected_trials,
+      .layouts = static_cast<std::size_t>(tuning.bisected_layouts),
+      .work = static_cast<std::int64_t>(
+          std::min(9e18, tuning.bisected_work * static_cast<double>(pr.size()) * o.world_size))};
   std::vector<plan> out;
   for (std::int64_t k = fewest;
        k <= fewest + std::int64_t{tuning.bisected_extra_rounds} * o.microbatch_multiple &&
        static_cast<std::size_t>(k) <= members.size() &&
        static_cast<std::size_t>(k) + rest.size() <= allowed;
        k += o.microbatch_multiple) {
-    std::optional<std::vector<plan_microbatch>> rounds = detail::bisected_rounds(
-        pr, static_cast<std::int32_t>(k), tuning.bisected_fill, tuning.bisected_steps,
-        tuning.bisected_trials, static_cast<std::size_t>(tuning.bisected_layouts), halving);
+    std::optional<std::vector<plan_microbatch>> rounds =
+        detail::bisected_rounds(pr, static_cast<std::int32_t>(k), search, halving);
     if (!rounds)
       continue;
     plan& p = out.emplace_back();

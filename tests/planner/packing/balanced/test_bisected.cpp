@@ -230,13 +230,17 @@ TEST_CASE("bisected_rounds: every member once, no round empty, the search no slo
         members.push_back(static_cast<std::int32_t>(i));
     const auto rounds = static_cast<std::int32_t>(1 + below(r, 4));
     const halving h(b.pr, b.e, members, 10, 4);
-    const auto dealt = d::bisected_rounds(b.pr, rounds, 0.97, 0, 0, 40000, h);
-    const auto searched = d::bisected_rounds(b.pr, rounds, 0.97, 64, 4096, 40000, h);
-    // no layouts left to work out: no step of the search
-    const auto capped = d::bisected_rounds(b.pr, rounds, 0.97, 64, 4096, 0, h);
+    const auto dealt = d::bisected_rounds(b.pr, rounds, {.steps = 0, .trials = 0}, h);
+    const auto searched = d::bisected_rounds(b.pr, rounds, {}, h);
+    // no layouts left to work out, or no splits left to weigh: no step of the search
+    const auto capped = d::bisected_rounds(b.pr, rounds, {.layouts = 0}, h);
+    const auto spent = d::bisected_rounds(b.pr, rounds, {.work = h.splits_weighed()}, h);
     CHECK(capped.has_value() == dealt.has_value());
-    if (capped && dealt)
+    CHECK(spent.has_value() == dealt.has_value());
+    if (capped && dealt) {
       CHECK(*capped == *dealt);
+      CHECK(*spent == *dealt);
+    }
     if (members.size() < static_cast<std::size_t>(rounds)) {
       CHECK(!dealt);
       CHECK(!searched);
@@ -282,8 +286,8 @@ TEST_CASE("bisected_rounds: tokens that do not fit the rounds give no rounds") {
   const batch b(o, {3000, 3000, 3000}, tabulation::none);
   const std::vector<std::int32_t> members{0, 1, 2};
   const halving h(b.pr, b.e, members, 10, 4);
-  CHECK(!d::bisected_rounds(b.pr, 1, 0.97, 64, 4096, 40000, h));
-  CHECK(d::bisected_rounds(b.pr, 2, 0.97, 64, 4096, 40000, h));
+  CHECK(!d::bisected_rounds(b.pr, 1, {}, h));
+  CHECK(d::bisected_rounds(b.pr, 2, {}, h));
   // more rounds than members
-  CHECK(!d::bisected_rounds(b.pr, 4, 0.97, 64, 4096, 40000, h));
+  CHECK(!d::bisected_rounds(b.pr, 4, {}, h));
 }

@@ -65,6 +65,9 @@ public:
   [[nodiscard]] std::span<const std::int32_t> members() const noexcept { return members_; }
   //! How many layouts (a set of members on a block) it has worked out and remembers.
   [[nodiscard]] std::size_t layouts() const noexcept { return known_.size(); }
+  //! How many splits of a set between two blocks it has weighed (its work: a few nanoseconds
+  //! each, where a layout may weigh thousands).
+  [[nodiscard]] std::int64_t splits_weighed() const noexcept { return weighed_; }
   //! members[i]'s least rank area over its legal sizes.
   [[nodiscard]] double least_area(std::size_t i) const { return least_[i]; }
 
@@ -246,6 +249,7 @@ private:
         on_lo += tokens_lo[i];
         area_lo += area[i];
       }
+      weighed_ += masks;
       std::uint32_t gray = 0;
       for (std::uint32_t step = 0; step < masks; ++step) {
         if (step > 0) {
@@ -284,6 +288,7 @@ private:
       std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
         return std::min(cost_lo[a], cost_hi[a]) > std::min(cost_lo[b], cost_hi[b]);
       });
+      ++weighed_;
       double load_lo = 0, load_hi = 0;
       std::int64_t on_lo = 0, on_hi = 0;
       set on_second = 0;
@@ -313,27 +318,37 @@ private:
   std::int32_t exhaustive_;
   std::int32_t splits_;
   mutable std::unordered_map<key, split, key_hash> known_;
+  mutable std::int64_t weighed_ = 0;
+};
+
+//! What `bisected_rounds` deals to and how far it searches.
+struct bisected_search {
+  double fill = 0.97;         //!< a round's tokens at most this share of the world's
+  std::int32_t steps = 64;    //!< moves or swaps taken, per deal
+  std::int64_t trials = 4096; //!< moves and swaps weighed, per deal
+  //! No step once the halving remembers this many layouts, or has weighed this many splits.
+  std::size_t layouts = 40000;
+  std::int64_t work = std::numeric_limits<std::int64_t>::max();
 };
 
 //! The bisected construction's `rounds` rounds of the halving's members (samples that need CP),
 //! or nullopt when they do not fit. Three deals, costliest first by least rank area: to the
 //! round of least area (0), in a serpentine over the rounds (1), to the round of fewest tokens
-//! (2), each member to the next round whose tokens stay within `fill` of the world's where its
-//! own would not. Each deal is searched: the move or swap of one member between two rounds that
-//! lowers the two rounds' times most, while one does (at most `steps` of them, `trials` tried,
-//! and none once the halving remembers `layouts` layouts; no round empties). Each round's groups
-//! from `bisector::best`; the fastest deal is kept.
+//! (2), each member to the next round whose tokens stay within `search.fill` of the world's
+//! where its own would not. Each deal is searched: the move or swap of one member between two
+//! rounds that lowers the two rounds' times most, while one does (within `search`'s limits; no
+//! round empties). Each round's groups from `bisector::best`; the fastest deal is kept.
 template <workload_estimator Estimator>
-std::optional<std::vector<plan_microbatch>>
-bisected_rounds(const problem& pr, std::int32_t rounds, double fill, std::int32_t steps,
-                std::int64_t trials, std::size_t layouts, const bisector<Estimator>& halving) {
+std::optional<std::vector<plan_microbatch>> bisected_rounds(const problem& pr, std::int32_t rounds,
+                                                            const bisected_search& search,
+                                                            const bisector<Estimator>& halving) {
   using set = typename bisector<Estimator>::set;
   const std::span<const std::int32_t> members = halving.members();
   const auto k = static_cast<std::size_t>(rounds);
   if (rounds < 1 || members.size() < k)
     return std::nullopt;
   const std::int32_t world = pr.options.world_size;
-  const double room = fill * static_cast<double>(pr.options.max_tokens_per_rank) * world;
+  const double room = search.fill * static_cast<double>(pr.options.max_tokens_per_rank) * world;
   // the order of dealing: least rank area, costliest first, then by index
   std::vector<std::size_t> order(members.size());
   for (std::size_t i = 0; i < order.size(); ++i)
@@ -377,8 +392,11 @@ bisected_rounds(const problem& pr, std::int32_t rounds, double fill, std::int32_
     std::vector<double> time(k);
     for (std::size_t m = 0; m < k; ++m)
       time[m] = time_of(dealt[m]);
-    std::int64_t left = trials;
-    for (std::int32_t step = 0; step < steps && left > 0 && halving.layouts() < layouts; ++step) {
+    std::int64_t left = search.trials;
+    for (std::int32_t step = 0;
+         step < search.steps && left > 0 && halving.layouts() < search.layouts &&
+         halving.splits_weighed() < search.work;
+         ++step) {
       double gain = 0;
       std::size_t best_a = k, best_b = k;
       set best_from = 0, best_to = 0;

@@ -63,9 +63,16 @@ struct balanced_tuning {
   //! ... and at most this many tried, per deal and round count, and none once the construction
   //! has laid out this many sets of samples on blocks of ranks in all (each costs a few
   //! microseconds and is remembered: long_tail/48/s3 asks for 74,000 over four round counts,
-  //! 0.23 s, context_ext/256 for 49,000, its best plan at the second count after 38,000).
+  //! 0.23 s, context_ext/256 for 49,000, its best plan at the second count after 38,000)...
   std::int64_t bisected_trials = 4096;
   std::int64_t bisected_layouts = 40000;
+  //! ... or once it has weighed this many splits of a set between two blocks per sample and
+  //! rank of the batch (a split costs nanoseconds, a layout thousands of them where all its
+  //! splits are tried): the search's cost follows the batch's size, as the rest of the planner's
+  //! does. At 32, 100-sample batches on 48 ranks plan in 1-4 ms, not 60-120; long_tail/48/s2
+  //! under length^2/cp, the batch that needs most (50 per sample and rank in all), keeps its
+  //! plan from 16 up.
+  double bisected_work = 32;
 
   // ---- the levelled construction ---------------------------------------------------------------
   //! A sample may join a group of a larger CP size when that costs at most this factor of its
@@ -247,6 +254,7 @@ struct balanced_tuning {
              at_least("bisected_steps", bisected_steps, 0),
              at_least("bisected_trials", bisected_trials, 0),
              at_least("bisected_layouts", bisected_layouts, 0),
+             within("bisected_work", bisected_work, 0, big),
              within("reach_area", reach_area, 0, big),
              within("narrow_reach_area", narrow_reach_area, 0, big),
              within("wide_reach_area", wide_reach_area, 0, big),
