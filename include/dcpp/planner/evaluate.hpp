@@ -360,10 +360,7 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
       if (cp < pr.min_cp_of[first])
         continue;
       const double w = sample_cost(pr, estimator, first, cp);
-      if (w * cp < own.area || (w * cp == own.area && w < own.own_time)) {
-        own.area = w * cp;
-        own.own_time = w;
-      }
+      own.take(w, cp);
       v.least_area = std::min(v.least_area, w * cp);
       v.least_time = std::min(v.least_time, w);
       v.most_free = std::max(v.most_free, (n - cp) * w);

@@ -27,6 +27,14 @@ inline constexpr std::size_t gap_bound_most_sizes = 64;
 struct length_least {
   double area = std::numeric_limits<double>::infinity();
   double own_time = std::numeric_limits<double>::infinity();
+
+  //! Takes the size `cp`, of time `w`, where its area is less, or equal and its time less.
+  void take(double w, std::int32_t cp) noexcept {
+    if (w * cp < area || (w * cp == area && w < own_time)) {
+      area = w * cp;
+      own_time = w;
+    }
+  }
 };
 
 //! The lengths as the gap term reads them, worked out once per batch: each sample's row and a
@@ -81,15 +89,9 @@ void make_gap_rows(const problem& pr, const Estimator& estimator, gap_rows& rows
   start_gap_rows(pr, rows);
   for (std::size_t r = 0; r < rows.first_of.size(); ++r) {
     const auto i = static_cast<std::size_t>(rows.first_of[r]);
-    length_least& v = rows.least[r];
     for (const std::int32_t cp : pr.cp_sizes)
-      if (cp >= pr.min_cp_of[i]) {
-        const double w = sample_cost(pr, estimator, i, cp);
-        if (w * cp < v.area || (w * cp == v.area && w < v.own_time)) {
-          v.area = w * cp;
-          v.own_time = w;
-        }
-      }
+      if (cp >= pr.min_cp_of[i])
+        rows.least[r].take(sample_cost(pr, estimator, i, cp), cp);
   }
   finish_gap_rows(pr, rows);
 }

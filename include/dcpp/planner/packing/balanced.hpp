@@ -130,8 +130,9 @@ private:
   std::optional<plan> chunked_plan(const problem& pr, const Estimator& estimator,
                                    const detail::gap_class& runs) const;
   template <workload_estimator Estimator>
-  std::vector<plan> bisected_plans(const problem& pr, const Estimator& estimator,
-                                   std::size_t allowed) const;
+  std::optional<detail::assignment<Estimator>>
+  bisected_plan(const problem& pr, const Estimator& estimator,
+                const detail::cost_rows<Estimator>& costs, std::size_t allowed) const;
   template <workload_estimator Estimator>
   std::vector<plan_microbatch> pack_apart(const problem& pr, const Estimator& estimator,
                                           const std::vector<bool>& placed) const;
@@ -341,16 +342,9 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
       // lower bound
       // (its plan at the round count whose plan is fastest as it is: the local search takes
       // most of the construction's time, and rarely reorders them)
-      if (!(have_plan && best_step <= bound * (1 + tuning.chunked_gap))) {
-        std::optional<state> fastest;
-        for (const plan& p : bisected_plans(pr, estimator, allowed)) {
-          state a = state::from_plan(costs, p);
-          if (!fastest || a.step_time() < fastest->step_time())
-            fastest = std::move(a);
-        }
-        if (fastest)
-          consider(*fastest);
-      }
+      if (!(have_plan && best_step <= bound * (1 + tuning.chunked_gap)))
+        if (std::optional<state> a = bisected_plan(pr, estimator, costs, allowed))
+          consider(*a);
       break;
     case megatron: break; // ran first
     }
@@ -539,16 +533,18 @@ balanced_with<Bucketing>::pack_apart(const problem& pr, const Estimator& estimat
   return rounds;
 }
 
-//! The bisected construction's plans (balanced/bisected.hpp): the samples that need CP (a
+//! The bisected construction's plan (balanced/bisected.hpp): the samples that need CP (a
 //! smallest legal size of 2 or more; at most `tuning.bisected_samples`) in rounds of their own,
-//! at each round count from the fewest their tokens allow (at `tuning.bisected_fill` of the
-//! world's) to `tuning.bisected_extra_rounds` micro-batch multiples more, the other samples'
-//! rounds after them (packed once, `pack_apart`); only plans within `allowed` rounds.
+//! the other samples' rounds after them (packed once, `pack_apart`); of the round counts from
+//! the fewest their tokens allow (at `tuning.bisected_fill` of the world's) to
+//! `tuning.bisected_extra_rounds` micro-batch multiples more, within `allowed` rounds in all,
+//! the plan that is fastest as it is.
 template <bucketing_policy Bucketing>
 template <workload_estimator Estimator>
-std::vector<plan> balanced_with<Bucketing>::bisected_plans(const problem& pr,
-                                                           const Estimator& estimator,
-                                                           std::size_t allowed) const {
+std::optional<detail::assignment<Estimator>>
+balanced_with<Bucketing>::bisected_plan(const problem& pr, const Estimator& estimator,
+                                        const detail::cost_rows<Estimator>& costs,
+                                        std::size_t allowed) const {
   const plan_options& o = pr.options;
   std::vector<std::int32_t> members;
   std::vector<bool> placed(pr.size(), false);
@@ -569,7 +565,7 @@ std::vector<plan> balanced_with<Bucketing>::bisected_plans(const problem& pr,
                                              detail::bisector<Estimator>::most_members) ||
       static_cast<double>(members.size()) >
           tuning.bisected_round_samples * static_cast<double>(fewest))
-    return {};
+    return std::nullopt;
   const std::vector<plan_microbatch> rest = pack_apart(pr, estimator, placed);
   const detail::bisector<Estimator> halving(pr, estimator, members, tuning.bisected_exhaustive,
                                             tuning.bisected_splits);
@@ -581,7 +577,7 @@ std::vector<plan> balanced_with<Bucketing>::bisected_plans(const problem& pr,
       .layouts = static_cast<std::size_t>(tuning.bisected_layouts),
       .work = static_cast<std::int64_t>(
           std::min(9e18, tuning.bisected_work * static_cast<double>(pr.size()) * o.world_size))};
-  std::vector<plan> out;
+  std::optional<detail::assignment<Estimator>> fastest;
   for (std::int64_t k = fewest;
        k <= fewest + std::int64_t{tuning.bisected_extra_rounds} * o.microbatch_multiple &&
        static_cast<std::size_t>(k) <= members.size() &&
@@ -591,14 +587,13 @@ std::vector<plan> balanced_with<Bucketing>::bisected_plans(const problem& pr,
         detail::bisected_rounds(pr, static_cast<std::int32_t>(k), search, halving);
     if (!rounds)
       continue;
-    plan& p = out.emplace_back();
-    p.world_size = o.world_size;
-    p.max_tokens_per_rank = o.max_tokens_per_rank;
-    p.lengths = pr.lengths;
-    p.microbatches = std::move(*rounds);
-    p.microbatches.insert(p.microbatches.end(), rest.begin(), rest.end());
+    rounds->insert(rounds->end(), rest.begin(), rest.end());
+    detail::assignment<Estimator> a =
+        detail::assignment<Estimator>::from_microbatches(costs, *rounds);
+    if (!fastest || a.step_time() < fastest->step_time())
+      fastest = std::move(a);
   }
-  return out;
+  return fastest;
 }
 
 } // namespace dcpp

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -44,12 +45,18 @@ public:
 
   //! The plan's groups, in its order (ids follow it), each sample at its group's size.
   static assignment from_plan(const cost_rows<Estimator>& costs, const plan& p) {
+    return from_microbatches(costs, p.microbatches);
+  }
+
+  //! The same for a plan's rounds.
+  static assignment from_microbatches(const cost_rows<Estimator>& costs,
+                                      std::span<const plan_microbatch> rounds) {
     sample_sizes unplaced;
     unplaced.cp.assign(static_cast<std::size_t>(costs.samples()), 0);
     unplaced.cost.assign(static_cast<std::size_t>(costs.samples()), 0.0);
-    assignment a(costs, static_cast<std::int32_t>(p.microbatches.size()), std::move(unplaced));
-    for (std::size_t m = 0; m < p.microbatches.size(); ++m)
-      for (const auto& g : p.microbatches[m].groups) {
+    assignment a(costs, static_cast<std::int32_t>(rounds.size()), std::move(unplaced));
+    for (std::size_t m = 0; m < rounds.size(); ++m)
+      for (const auto& g : rounds[m].groups) {
         const std::int32_t id = a.open(static_cast<std::int32_t>(m), g.first_rank, g.cp);
         a.mutable_group(id).samples.reserve(g.samples.size());
         for (const std::int32_t s : g.samples)

@@ -26,6 +26,7 @@
 
 #include "dcpp/error.hpp"
 #include "dcpp/planner/costs.hpp"
+#include "dcpp/planner/gap_bound.hpp"
 #include "dcpp/planner/options.hpp"
 #include "dcpp/planner/plan.hpp"
 
@@ -54,11 +55,11 @@ public:
     least_.reserve(members_.size());
     for (const std::int32_t s : members_) {
       const auto us = static_cast<std::size_t>(s);
-      double least = std::numeric_limits<double>::infinity();
+      length_least least;
       for (const std::int32_t cp : pr.cp_sizes)
         if (cp >= pr.min_cp_of[us])
-          least = std::min(least, cp * sample_cost(pr, estimator, us, cp));
-      least_.push_back(least);
+          least.take(sample_cost(pr, estimator, us, cp), cp);
+      least_.push_back(least.area);
     }
   }
 
@@ -331,13 +332,109 @@ struct bisected_search {
   std::int64_t work = std::numeric_limits<std::int64_t>::max();
 };
 
+//! How `deal_members` deals: each member (costliest first) to the round of least area so far,
+//! in a serpentine over the rounds, or to the round of fewest tokens so far.
+enum class bisected_deal { least_area, serpentine, fewest_tokens };
+
+//! The halving's members dealt to `k` rounds by `rule`, in `order`, each to the next round whose
+//! tokens stay within `room` where its own would not; nullopt when one fits nowhere or a round
+//! stays empty (fewer rounds hold them).
+template <workload_estimator Estimator>
+std::optional<std::vector<typename bisector<Estimator>::set>>
+deal_members(const problem& pr, std::size_t k, double room, std::span<const std::size_t> order,
+             bisected_deal rule, const bisector<Estimator>& halving) {
+  using set = typename bisector<Estimator>::set;
+  const std::span<const std::int32_t> members = halving.members();
+  std::vector<set> dealt(k, 0);
+  std::vector<double> area(k, 0.0), tokens(k, 0.0);
+  for (std::size_t n = 0; n < order.size(); ++n) {
+    const std::size_t i = order[n];
+    const auto length = static_cast<double>(pr.lengths[static_cast<std::size_t>(members[i])]);
+    std::size_t to = k;
+    if (rule == bisected_deal::serpentine) {
+      const std::size_t lap = n / k, at = n % k;
+      const std::size_t start = lap % 2 == 0 ? at : k - 1 - at;
+      for (std::size_t step = 0; step < k && to == k; ++step)
+        if (const std::size_t m = (start + step) % k; tokens[m] + length <= room)
+          to = m;
+    } else {
+      const std::vector<double>& by = rule == bisected_deal::least_area ? area : tokens;
+      for (std::size_t m = 0; m < k; ++m)
+        if (tokens[m] + length <= room && (to == k || by[m] < by[to]))
+          to = m;
+    }
+    if (to == k)
+      return std::nullopt;
+    dealt[to] |= set{1} << i;
+    area[to] += halving.least_area(i);
+    tokens[to] += length;
+  }
+  if (std::find(dealt.begin(), dealt.end(), set{0}) != dealt.end())
+    return std::nullopt;
+  return dealt;
+}
+
+//! Improves dealt rounds (`time`: each round's time on the whole world): the move or swap of one
+//! member between two rounds that lowers the two rounds' times most, while one does, within
+//! `search`'s limits; no round empties.
+template <workload_estimator Estimator>
+void improve_rounds(std::vector<typename bisector<Estimator>::set>& dealt,
+                    std::vector<double>& time, std::int32_t world, const bisected_search& search,
+                    const bisector<Estimator>& halving) {
+  using set = typename bisector<Estimator>::set;
+  const std::size_t k = dealt.size();
+  const auto time_of = [&](set s) { return halving.best(s, 0, world).time; };
+  std::int64_t left = search.trials;
+  for (std::int32_t step = 0;
+       step < search.steps && left > 0 && halving.layouts() < search.layouts &&
+       halving.splits_weighed() < search.work;
+       ++step) {
+    double gain = 0;
+    std::size_t best_a = k, best_b = k;
+    set best_from = 0, best_to = 0;
+    for (std::size_t a = 0; a < k && left > 0; ++a)
+      for (std::size_t b = 0; b < k && left > 0; ++b) {
+        if (a == b)
+          continue;
+        const double now = time[a] + time[b];
+        for (set xs = dealt[a]; xs != 0; xs &= xs - 1) {
+          const set x = xs & (~xs + 1);
+          // ys == 0: x moves to b (not from a round of one); else x and y swap (once a pair)
+          for (set ys = b < a ? 0 : dealt[b];; ys &= ys - 1) {
+            const set y = ys & (~ys + 1);
+            if (y != 0 || dealt[a] != x) {
+              --left;
+              const set from = (dealt[a] & ~x) | y, to = (dealt[b] & ~y) | x;
+              const double ta = time_of(from);
+              if (ta < now - gain) {
+                const double tb = time_of(to);
+                if (now - (ta + tb) > gain && ta + tb < now * (1 - 1e-12)) {
+                  gain = now - (ta + tb);
+                  best_a = a;
+                  best_b = b;
+                  best_from = from;
+                  best_to = to;
+                }
+              }
+            }
+            if (ys == 0)
+              break;
+          }
+        }
+      }
+    if (best_a == k)
+      break;
+    dealt[best_a] = best_from;
+    dealt[best_b] = best_to;
+    time[best_a] = time_of(best_from);
+    time[best_b] = time_of(best_to);
+  }
+}
+
 //! The bisected construction's `rounds` rounds of the halving's members (samples that need CP),
-//! or nullopt when they do not fit. Three deals, costliest first by least rank area: to the
-//! round of least area (0), in a serpentine over the rounds (1), to the round of fewest tokens
-//! (2), each member to the next round whose tokens stay within `search.fill` of the world's
-//! where its own would not. Each deal is searched: the move or swap of one member between two
-//! rounds that lowers the two rounds' times most, while one does (within `search`'s limits; no
-//! round empties). Each round's groups from `bisector::best`; the fastest deal is kept.
+//! or nullopt when they do not fit: three deals (`deal_members`, costliest first by least rank
+//! area, each round's tokens within `search.fill` of the world's), each improved
+//! (`improve_rounds`), each round's groups from `bisector::best`; the fastest deal is kept.
 template <workload_estimator Estimator>
 std::optional<std::vector<plan_microbatch>> bisected_rounds(const problem& pr, std::int32_t rounds,
                                                             const bisected_search& search,
@@ -356,87 +453,17 @@ std::optional<std::vector<plan_microbatch>> bisected_rounds(const problem& pr, s
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return halving.least_area(a) > halving.least_area(b);
   });
-  const auto time_of = [&](set s) { return halving.best(s, 0, world).time; };
   std::optional<std::vector<set>> kept;
   double kept_total = std::numeric_limits<double>::infinity();
-  for (int deal = 0; deal < 3; ++deal) {
-    std::vector<set> dealt(k, 0);
-    std::vector<double> area(k, 0.0), tokens(k, 0.0);
-    bool fits = true;
-    for (std::size_t n = 0; n < order.size() && fits; ++n) {
-      const std::size_t i = order[n];
-      const auto length = static_cast<double>(pr.lengths[static_cast<std::size_t>(members[i])]);
-      std::size_t to = k;
-      if (deal == 1) {
-        const std::size_t lap = n / k, at = n % k;
-        const std::size_t start = lap % 2 == 0 ? at : k - 1 - at;
-        for (std::size_t step = 0; step < k && to == k; ++step)
-          if (const std::size_t m = (start + step) % k; tokens[m] + length <= room)
-            to = m;
-      } else {
-        for (std::size_t m = 0; m < k; ++m)
-          if (tokens[m] + length <= room &&
-              (to == k || (deal == 0 ? area[m] < area[to] : tokens[m] < tokens[to])))
-            to = m;
-      }
-      if (to == k) {
-        fits = false;
-        break;
-      }
-      dealt[to] |= set{1} << i;
-      area[to] += halving.least_area(i);
-      tokens[to] += length;
-    }
-    if (!fits || std::find(dealt.begin(), dealt.end(), set{0}) != dealt.end())
-      continue; // over the tokens, or a round they leave empty (fewer rounds hold them)
+  for (const bisected_deal rule :
+       {bisected_deal::least_area, bisected_deal::serpentine, bisected_deal::fewest_tokens}) {
+    std::optional<std::vector<set>> dealt = deal_members(pr, k, room, order, rule, halving);
+    if (!dealt)
+      continue;
     std::vector<double> time(k);
     for (std::size_t m = 0; m < k; ++m)
-      time[m] = time_of(dealt[m]);
-    std::int64_t left = search.trials;
-    for (std::int32_t step = 0;
-         step < search.steps && left > 0 && halving.layouts() < search.layouts &&
-         halving.splits_weighed() < search.work;
-         ++step) {
-      double gain = 0;
-      std::size_t best_a = k, best_b = k;
-      set best_from = 0, best_to = 0;
-      for (std::size_t a = 0; a < k && left > 0; ++a)
-        for (std::size_t b = 0; b < k && left > 0; ++b) {
-          if (a == b)
-            continue;
-          const double now = time[a] + time[b];
-          for (set xs = dealt[a]; xs != 0; xs &= xs - 1) {
-            const set x = xs & (~xs + 1);
-            // ys == 0: x moves to b (not from a round of one); else x and y swap (once a pair)
-            for (set ys = b < a ? 0 : dealt[b];; ys &= ys - 1) {
-              const set y = ys & (~ys + 1);
-              if (y != 0 || dealt[a] != x) {
-                --left;
-                const set from = (dealt[a] & ~x) | y, to = (dealt[b] & ~y) | x;
-                const double ta = time_of(from);
-                if (ta < now - gain) {
-                  const double tb = time_of(to);
-                  if (now - (ta + tb) > gain && ta + tb < now * (1 - 1e-12)) {
-                    gain = now - (ta + tb);
-                    best_a = a;
-                    best_b = b;
-                    best_from = from;
-                    best_to = to;
-                  }
-                }
-              }
-              if (ys == 0)
-                break;
-            }
-          }
-        }
-      if (best_a == k)
-        break;
-      dealt[best_a] = best_from;
-      dealt[best_b] = best_to;
-      time[best_a] = time_of(best_from);
-      time[best_b] = time_of(best_to);
-    }
+      time[m] = halving.best((*dealt)[m], 0, world).time;
+    improve_rounds(*dealt, time, world, search, halving);
     double total = 0;
     for (const double t : time)
       total += t;
