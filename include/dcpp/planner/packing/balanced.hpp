@@ -180,11 +180,28 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   const double floor =
       bound * (1 + (size <= tuning.levelled_variants_limit ? tuning.bound_reached
                                                            : tuning.bound_reached_large));
+  // Rounds a plan leaves empty (the local search moves every sample out of a round where that
+  // pays; the chunked construction's rounds may hold nothing but what it moves) are dropped, as
+  // many as keep the count a multiple of the micro-batch multiple: each costs the micro-batch
+  // overhead and holds nothing.
+  const auto drop_empty_rounds = [&](state& a) {
+    std::int32_t used = 0;
+    for (std::int32_t m = 0; m < a.rounds(); ++m)
+      used += a.empty_round(m) ? 0 : 1;
+    std::int32_t drop = a.rounds() - round_up<std::int32_t>(used, o.microbatch_multiple);
+    if (used == 0 || drop <= 0)
+      return;
+    plan p = a.to_plan(name);
+    std::erase_if(p.microbatches,
+                  [&](const plan_microbatch& mb) { return mb.groups.empty() && drop-- > 0; });
+    a = state::from_plan(costs, p);
+  };
   // `a` improved by the local search (with `width` candidates per size, 0: `candidates`) unless
   // it is at the bound, then kept when it is the fastest so far
   const auto keep_if_faster = [&](state& a, bool search = true, std::int32_t width = 0) {
     if (search && !(a.step_time() <= floor))
       detail::improve(a, tuning, width > 0 ? width : candidates);
+    drop_empty_rounds(a);
     if (const double step = a.step_time(); step < best_step) {
       best_step = step;
       best = a.to_plan(name);
