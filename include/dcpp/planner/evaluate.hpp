@@ -340,10 +340,9 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
   // the values over the legal sizes, once per length (tabulate_costs's cost rows, or the same
   // grouping made here): on 65,536 samples of 7,075 lengths over 1,024 contiguous sizes, a tenth of
   // the work
-  // (the rows are the gap term's too, which also reads each row's least area and its own
-  // time, the time on the size of least area)
+  // (the rows are the gap term's too: each row's least area, and its own time, the time on the
+  // size of least area, are kept there, `lengths.least`)
   struct over_sizes {
-    double least_area = std::numeric_limits<double>::infinity();
     double least_time = std::numeric_limits<double>::infinity();
     double most_free = 0;
     double least_tokens = std::numeric_limits<double>::infinity();
@@ -361,7 +360,6 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
         continue;
       const double w = sample_cost(pr, estimator, first, cp);
       own.take(w, cp);
-      v.least_area = std::min(v.least_area, w * cp);
       v.least_time = std::min(v.least_time, w);
       v.most_free = std::max(v.most_free, (n - cp) * w);
       v.least_tokens =
@@ -370,8 +368,9 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
   }
   finish_gap_rows(pr, lengths);
   for (std::size_t i = 0; i < pr.size(); ++i) {
-    const auto& [least_area, least_time, most_free, least_tokens] =
-        rows[static_cast<std::size_t>(row_of[i])];
+    const auto r = static_cast<std::size_t>(row_of[i]);
+    const double least_area = lengths.least[r].area;
+    const auto& [least_time, most_free, least_tokens] = rows[r];
     area += least_area;
     longest = std::max(longest, least_time);
     areas[i] = least_area;

@@ -330,6 +330,12 @@ gap_class gap_bound(const problem& pr, const Estimator& estimator, std::int32_t 
   return out;
 }
 
+//! Whether the gap term has anything to say: samples, at most `gap_bound_most_sizes` sizes and
+//! a positive micro-batch overhead.
+inline bool gap_term_applies(const problem& pr, double overhead) {
+  return pr.size() > 0 && pr.cp_sizes.size() <= gap_bound_most_sizes && overhead > 0;
+}
+
 //! Every class's gap term (each smallest legal size of at least 2 that some sample has; none
 //! past `gap_bound_most_sizes` sizes): `budget_lower_bound`'s gap term is the largest, and
 //! `balanced`'s chunked construction builds each class's runs. `rows`: the batch's lengths
@@ -339,8 +345,7 @@ template <workload_estimator Estimator>
 std::vector<gap_class> gap_classes(const problem& pr, const Estimator& estimator,
                                    const gap_rows& rows, std::int64_t fewest, double overhead) {
   std::vector<gap_class> out;
-  if (pr.size() == 0 || pr.cp_sizes.size() > gap_bound_most_sizes || !(overhead > 0) ||
-      rows.classes.empty())
+  if (!gap_term_applies(pr, overhead) || rows.classes.empty())
     return out;
   const gap_fillers fillers = make_gap_fillers(pr, estimator, rows);
   for (const auto& [smallest, members] : rows.classes)
@@ -352,7 +357,7 @@ std::vector<gap_class> gap_classes(const problem& pr, const Estimator& estimator
 template <workload_estimator Estimator>
 std::vector<gap_class> gap_classes(const problem& pr, const Estimator& estimator,
                                    std::int64_t fewest, double overhead) {
-  if (pr.size() == 0 || pr.cp_sizes.size() > gap_bound_most_sizes || !(overhead > 0))
+  if (!gap_term_applies(pr, overhead))
     return {};
   gap_rows rows;
   make_gap_rows(pr, estimator, rows);

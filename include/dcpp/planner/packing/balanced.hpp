@@ -185,9 +185,7 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   // many as keep the count a multiple of the micro-batch multiple: each costs the micro-batch
   // overhead and holds nothing.
   const auto drop_empty_rounds = [&](state& a) {
-    std::int32_t used = 0;
-    for (std::int32_t m = 0; m < a.rounds(); ++m)
-      used += a.empty_round(m) ? 0 : 1;
+    const std::int32_t used = a.used_rounds();
     std::int32_t drop = a.rounds() - round_up<std::int32_t>(used, o.microbatch_multiple);
     if (used == 0 || drop <= 0)
       return;
@@ -388,10 +386,7 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
     for (std::size_t r = 0; r < multiple; ++r)
       a.add_round();
     detail::improve(a, tuning, candidates);
-    bool all_used = true;
-    for (std::int32_t m = 0; m < a.rounds(); ++m)
-      all_used = all_used && !a.empty_round(m);
-    if (!all_used || !(a.step_time() < best_step))
+    if (a.used_rounds() < a.rounds() || !(a.step_time() < best_step))
       break;
     best_step = a.step_time();
     best = a.to_plan(name);

@@ -167,6 +167,13 @@ public:
   [[nodiscard]] bool empty_round(std::int32_t m) const {
     return rounds_[static_cast<std::size_t>(m)].free_ranks() == costs_->world();
   }
+  //! How many rounds hold a group.
+  [[nodiscard]] std::int32_t used_rounds() const {
+    std::int32_t used = 0;
+    for (std::int32_t m = 0; m < rounds(); ++m)
+      used += empty_round(m) ? 0 : 1;
+    return used;
+  }
 
   //! Opens an empty group of `cp` ranks from `first` in round m; returns its id.
   std::int32_t open(std::int32_t m, std::int32_t first, std::int32_t cp) {
