@@ -45,9 +45,13 @@ TEST_CASE("packing: the concept checks the pack signature and the name") {
 }
 
 TEST_CASE("packing: invariants of every policy on 2000 seeded random workloads") {
+  // the sanitizer build (DCPP_TESTS_QUICK) runs the first 600: all 2,000 took 250-400 s of its
+  // 900 s suite, on a machine where the optimized build takes 11 s
+  const bool quick = std::getenv("DCPP_TESTS_QUICK") != nullptr;
+  const int trials = quick ? 600 : 2000;
   w::rng r(20261121);
   int planned = 0;
-  for (int trial = 0; trial < 2000; ++trial) {
+  for (int trial = 0; trial < trials; ++trial) {
     const auto o = random_options(r);
     const auto lengths = random_lengths(r, o);
     CAPTURE(trial);
@@ -101,7 +105,7 @@ TEST_CASE("packing: invariants of every policy on 2000 seeded random workloads")
       all(dcpp::transformer_cost{});
     ++planned;
   }
-  CHECK(planned == 2000);
+  CHECK(planned == trials);
 }
 
 TEST_CASE("megatron_greedy: the longest sample opens the first group and sets the cap") {
