@@ -1,5 +1,6 @@
-// The keyed index balanced's local search walks: a binary min-heap of (key, id) with the ids'
-// positions, ordered like a std::set of pairs but without its node allocations.
+// The keyed index balanced's constructions and its local search walk: a binary min-heap of
+// (key, id) with the ids' positions, ordered like a std::set of pairs but without its node
+// allocations.
 #pragma once
 
 #include <algorithm>
@@ -48,6 +49,27 @@ public:
     else
       down(i, e);
   }
+  //! Removes id's entry; nothing when it has none.
+  void erase(std::int32_t id) {
+    const auto uid = static_cast<std::size_t>(id);
+    if (id < 0 || uid >= pos_.size() || pos_[uid] < 0)
+      return;
+    const auto i = static_cast<std::size_t>(pos_[uid]);
+    pos_[uid] = -1;
+    // the last entry fills the hole: above the removed one it can only rise, else only sink
+    const std::size_t end = --size_;
+    const packed last = heap_[end];
+    const packed removed = heap_[i];
+    heap_.pop_back();
+    heap_[end] = sentinel;
+    if (i == end)
+      return;
+    if (last < removed)
+      up(i, last);
+    else
+      down(i, last);
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] std::optional<entry> top() const noexcept {
     if (size_ == 0)
       return std::nullopt;
@@ -60,24 +82,26 @@ public:
     // the first entry without the frontier (it is the only one visited most of the time)
     if (size_ == 0 || limit <= 0 || f(unpack(heap_[0])))
       return;
+    // the frontier: the entries whose parents were visited, a min-heap on their values (kept
+    // beside their positions: the comparisons read no other memory)
     frontier_.clear();
-    const auto later = [this](std::size_t a, std::size_t b) { return heap_[b] < heap_[a]; };
-    for (const std::size_t child : {std::size_t{1}, std::size_t{2}})
-      if (child < size_) {
-        frontier_.push_back(child);
+    const auto later = [](const node& a, const node& b) { return b.first < a.first; };
+    const auto reach = [&](std::size_t i) {
+      if (i < size_) {
+        frontier_.emplace_back(heap_[i], i);
         std::push_heap(frontier_.begin(), frontier_.end(), later);
       }
+    };
+    reach(1);
+    reach(2);
     for (std::int32_t visited = 1; visited < limit && !frontier_.empty(); ++visited) {
       std::pop_heap(frontier_.begin(), frontier_.end(), later);
-      const std::size_t i = frontier_.back();
+      const auto [value, i] = frontier_.back();
       frontier_.pop_back();
-      if (f(unpack(heap_[i])))
+      if (f(unpack(value)))
         return;
-      for (const std::size_t child : {2 * i + 1, 2 * i + 2})
-        if (child < size_) {
-          frontier_.push_back(child);
-          std::push_heap(frontier_.begin(), frontier_.end(), later);
-        }
+      reach(2 * i + 1);
+      reach(2 * i + 2);
     }
   }
 
@@ -149,8 +173,9 @@ private:
   }
   std::vector<packed> heap_ = std::vector<packed>(1, sentinel); // size_ entries, then sentinel
   std::size_t size_ = 0;
-  std::vector<std::int32_t> pos_; // id -> index in heap_, -1 when absent
-  std::vector<std::size_t> frontier_;
+  std::vector<std::int32_t> pos_;              // id -> index in heap_, -1 when absent
+  using node = std::pair<packed, std::size_t>; // a frontier entry: value and position
+  std::vector<node> frontier_;
 };
 
 } // namespace dcpp::detail

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -12,9 +15,68 @@
 #include "dcpp/planner/node_pool.hpp"
 #include "dcpp/planner/packing/balanced/assignment.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
+#include "dcpp/planner/packing/balanced/indexed_heap.hpp"
 #include "dcpp/planner/packing/balanced/tuning.hpp"
 
 namespace dcpp::detail {
+
+//! The local search's index of groups by headroom, per CP size: (minus the headroom, group id)
+//! pairs, walked in ascending order. Two forms with that same order: `set_headroom_index`, whose
+//! walks are cheap (the wide searches of small batches walk up to hundreds of entries per step),
+//! and `heap_headroom_index`, whose updates are (where a round's maximum moves, each of its
+//! groups is filed again: up to a thousand on 1,024 ranks). Each has `reset(sizes)`,
+//! `file(size, id, key)` (new, or moved within its size), `drop(size, id)` and `walk(size, f)`
+//! (`f(entry)` in order until it returns true).
+class set_headroom_index {
+public:
+  void reset(std::size_t sizes) {
+    sets_.clear();
+    key_.clear();
+    for (std::size_t l = 0; l < sizes; ++l)
+      sets_.emplace_back(node_allocator<keyed>(arena_));
+  }
+  void file(std::size_t size, std::int32_t id, double key) {
+    const auto u = static_cast<std::size_t>(id);
+    if (u >= key_.size())
+      key_.resize(u + 1, std::nullopt);
+    if (key_[u])
+      sets_[size].erase({*key_[u], id});
+    key_[u] = key;
+    sets_[size].emplace(key, id);
+  }
+  void drop(std::size_t size, std::int32_t id) {
+    std::optional<double>& key = key_[static_cast<std::size_t>(id)];
+    sets_[size].erase({*key, id});
+    key.reset();
+  }
+  template <class F>
+  void walk(std::size_t size, F&& f) const {
+    for (const keyed& e : sets_[size])
+      if (f(e))
+        return;
+  }
+
+private:
+  using keyed = std::pair<double, std::int32_t>;
+  // one node per entry, from an arena that lives as long as the index (no malloc per update)
+  node_arena arena_;
+  std::vector<std::set<keyed, std::less<keyed>, node_allocator<keyed>>> sets_;
+  std::vector<std::optional<double>> key_; // per group id: its key while filed
+};
+
+class heap_headroom_index {
+public:
+  void reset(std::size_t sizes) { heaps_.assign(sizes, indexed_heap<double>{}); }
+  void file(std::size_t size, std::int32_t id, double key) { heaps_[size].set(key, id); }
+  void drop(std::size_t size, std::int32_t id) { heaps_[size].erase(id); }
+  template <class F>
+  void walk(std::size_t size, F&& f) {
+    heaps_[size].visit(std::numeric_limits<std::int32_t>::max(), f);
+  }
+
+private:
+  std::vector<indexed_heap<double>> heaps_;
+};
 
 //! Improves `a` in place: sweeps over the rounds; in each, the group with the largest load (the
 //! round's critical group) gives one of its samples to the group with the most headroom (how
@@ -29,8 +91,19 @@ public:
   local_search(assignment<Estimator>& a, const balanced_tuning& tuning, std::int32_t candidates)
       : a_(a), costs_(a.costs()), tuning_(tuning), candidates_(candidates) {}
 
+  //! The search, with the headroom index as a heap from `tuning.heap_index_groups` groups on
+  //! (the same plans either way).
   void run() {
-    index_headroom();
+    if (a_.group_ids() >= tuning_.heap_index_groups)
+      run_with(heaps_);
+    else
+      run_with(sets_);
+  }
+
+private:
+  template <class Index>
+  void run_with(Index& index) {
+    index_headroom(index);
     double total = 0;
     for (std::int32_t m = 0; m < a_.rounds(); ++m)
       total += a_.max_load(m);
@@ -46,7 +119,7 @@ public:
         if (idle == changes)
           continue;
         for (std::int32_t step = 0; step < tuning_.moves_per_rank * costs_.world(); ++step) {
-          if (!improve_round(m)) {
+          if (!improve_round(m, index)) {
             idle = changes;
             break;
           }
@@ -58,10 +131,6 @@ public:
         break;
     }
   }
-
-private:
-  using keyed = std::pair<double, std::int32_t>; // (-headroom, group id)
-  using keyed_set = std::set<keyed, std::less<keyed>, node_allocator<keyed>>;
 
   struct change {
     double delta = 0; // change of the step time (negative: better)
@@ -77,29 +146,29 @@ private:
     return a_.max_load(a_.round_of(id)) - a_.group_at(id).load;
   }
   //! (Re)files group id under its current headroom, or drops it once it has closed.
-  void refile(std::int32_t id) {
+  template <class Index>
+  void refile(std::int32_t id, Index& index) {
     const auto u = static_cast<std::size_t>(id);
-    if (u >= key_.size()) {
-      key_.resize(u + 1, 0.0);
+    if (u >= size_of_.size()) {
       size_of_.resize(u + 1, 0);
       filed_.resize(u + 1, 0);
     }
-    if (filed_[u] != 0)
-      by_headroom_[size_of_[u]].erase({key_[u], id});
+    const bool open = a_.open_group(id);
+    const std::size_t size = open ? costs_.size_index(a_.group_at(id).cp) : 0;
+    if (filed_[u] != 0 && (!open || size != size_of_[u]))
+      index.drop(size_of_[u], id);
     filed_[u] = 0;
-    if (!a_.open_group(id))
+    if (!open)
       return;
-    size_of_[u] = costs_.size_index(a_.group_at(id).cp);
-    key_[u] = -headroom(id);
-    by_headroom_[size_of_[u]].emplace(key_[u], id);
+    size_of_[u] = size;
+    index.file(size, id, -headroom(id)); // files it, or moves it to its new key
     filed_[u] = 1;
   }
-  void index_headroom() {
-    by_headroom_.clear();
-    for (std::size_t l = 0; l < costs_.sizes(); ++l)
-      by_headroom_.emplace_back(node_allocator<keyed>(arena_));
+  template <class Index>
+  void index_headroom(Index& index) {
+    index.reset(costs_.sizes());
     for (std::int32_t id = 0; id < a_.group_ids(); ++id)
-      refile(id);
+      refile(id, index);
   }
 
   //! The step-time change when round `other` gets a group of load `load`.
@@ -107,7 +176,8 @@ private:
     return std::max(0.0, load - a_.max_load(other));
   }
 
-  bool improve_round(std::int32_t m) {
+  template <class Index>
+  bool improve_round(std::int32_t m, Index& index) {
     std::int32_t gid = -1;
     double second = 0;
     a_.for_each_group(m, [&](std::int32_t id) {
@@ -140,24 +210,23 @@ private:
         const double w2 = c2 == g.cp ? w : costs_.cost(s, c2);
         const std::int64_t t2 = costs_.tokens(s, c2);
         std::int32_t tries = 0;
-        for (const auto& [neg_headroom, id] : by_headroom_[costs_.size_index(c2)]) {
+        // most headroom first (true: stop)
+        index.walk(costs_.size_index(c2), [&](const auto& e) {
+          const auto& [neg_headroom, id] = e;
           if (rest - max_m + std::max(0.0, w2 + neg_headroom) >= best.delta)
-            break;
+            return true;
           if (id == gid)
-            continue;
+            return false;
           const auto& h = a_.group_at(id);
-          if (h.tokens + t2 > budget) {
-            if (++tries > candidates_)
-              break;
-            continue;
-          }
+          if (h.tokens + t2 > budget)
+            return ++tries > candidates_;
           const std::int32_t hm = a_.round_of(id);
           const double delta =
               hm == m ? std::max(rest, h.load + w2) - max_m : rest - max_m + rise(hm, h.load + w2);
           if (delta < best.delta)
             best = change{delta, s, id, -1, 0, 0, -1};
-          break; // later entries have less headroom
-        }
+          return true; // later entries have less headroom
+        });
         a_.by_free_ranks([&](std::int32_t free, std::int32_t r) {
           if (free < c2)
             return true;
@@ -177,13 +246,14 @@ private:
         const std::int64_t ts2 = costs_.tokens(s, c2);
         std::int32_t tries = 0;
         std::int64_t examined = 0; // samples of other groups looked at for this (s, size)
-        for (const auto& [neg_headroom, id] : by_headroom_[costs_.size_index(c2)]) {
+        index.walk(costs_.size_index(c2), [&](const auto& e) {
+          const std::int32_t id = e.second;
           if (++tries > candidates_ || examined >= tuning_.swap_samples)
-            break;
+            return true;
           const auto& h = a_.group_at(id);
           const std::int32_t hm = a_.round_of(id);
           if (id == gid || hm == m)
-            continue;
+            return false;
           examined += static_cast<std::int64_t>(h.samples.size());
           for (const std::int32_t u : h.samples) {
             const auto uu = static_cast<std::size_t>(u);
@@ -201,16 +271,18 @@ private:
             if (delta < best.delta)
               best = change{delta, s, id, -1, 0, 0, u};
           }
-        }
+          return false;
+        });
       }
     }
     if (best.sample < 0)
       return false;
-    apply(gid, best);
+    apply(gid, best, index);
     return true;
   }
 
-  void apply(std::int32_t from, const change& c) {
+  template <class Index>
+  void apply(std::int32_t from, const change& c, Index& index) {
     const std::int32_t from_round = a_.round_of(from);
     std::int32_t to = c.to_group;
     const std::int32_t to_round = to >= 0 ? a_.round_of(to) : c.to_round;
@@ -227,15 +299,15 @@ private:
       a_.remove(from, c.sample);
       a_.insert(to, c.sample);
     }
-    refile(from);
-    refile(to);
+    refile(from, index);
+    refile(to, index);
     // a round whose maximum moved changes every group's headroom
     const std::int32_t rounds[2] = {from_round, to_round};
     for (int i = 0; i < 2; ++i) {
       if (i == 1 && to_round == from_round)
         break;
       if (a_.max_load(rounds[i]) != old_max[i])
-        a_.for_each_group(rounds[i], [&](std::int32_t id) { refile(id); });
+        a_.for_each_group(rounds[i], [&](std::int32_t id) { refile(id, index); });
     }
   }
 
@@ -244,12 +316,9 @@ private:
   const balanced_tuning& tuning_;
   std::int32_t candidates_;
   double eps_ = 0;
-  // The index allocates one node per entry and changes with every move: its nodes come from an
-  // arena that lives as long as the search (no malloc/free per update).
-  node_arena arena_;
-  std::vector<keyed_set> by_headroom_; // per CP size: (-headroom, group id)
-  std::vector<double> key_;            // per group id: its key while filed
-  std::vector<std::size_t> size_of_;   // per group id: its size's index while filed
+  set_headroom_index sets_; // the headroom index: one of the two, chosen by `run`
+  heap_headroom_index heaps_;
+  std::vector<std::size_t> size_of_; // per group id: its size's index while filed
   std::vector<char> filed_;
 };
 

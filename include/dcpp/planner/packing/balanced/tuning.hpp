@@ -208,6 +208,12 @@ struct balanced_tuning {
   //! micro-batch multiple of 16: 127 s); the cap leaves groups of up to 16 samples at 64
   //! candidates untouched.
   std::int64_t swap_samples = 1024;
+  //! The search's headroom index is a heap from this many groups on, else a std::set (the same
+  //! order, so the same plans; `headroom_index`): where a round's maximum moves, each of its
+  //! groups is filed again, and the set's node updates took 17% of the planning of 65,536
+  //! samples on 1,024 ranks, while on small batches its walks are cheaper (a heap's walk costs
+  //! more per entry: with heaps everywhere, long_tail/s1 planned 1.4x slower).
+  std::int64_t heap_index_groups = 4096;
   //! A move must gain more than this fraction of the step time: no chasing rounding noise.
   double gain_epsilon = 1e-12;
 
@@ -245,6 +251,7 @@ struct balanced_tuning {
              at_least("wide_candidates", wide_candidates, 1),
              at_least("narrow_candidates", narrow_candidates, 1),
              at_least("swap_samples", swap_samples, 1),
+             at_least("heap_index_groups", heap_index_groups, 0),
              at_least("final_candidates_factor", final_candidates_factor, 1),
              at_least("bisected_limit", bisected_limit, 0),
              at_least("bisected_samples", bisected_samples, 0),
