@@ -25,29 +25,30 @@ namespace dcpp::detail {
 //! walks are cheap (the wide searches of small batches walk up to hundreds of entries per step),
 //! and `heap_headroom_index`, whose updates are (where a round's maximum moves, each of its
 //! groups is filed again: up to a thousand on 1,024 ranks). Each has `reset(sizes)`,
-//! `file(size, id, key)` (new, or moved within its size), `drop(size, id)` and `walk(size, f)`
-//! (`f(entry)` in order until it returns true).
+//! `file(size, id, key)` (files the group under size index `size`, moving it from where it was
+//! filed), `drop(id)` (unfiles it, if filed) and `walk(size, f)` (`f(entry)` in order until it
+//! returns true).
 class set_headroom_index {
 public:
   void reset(std::size_t sizes) {
     sets_.clear();
-    key_.clear();
+    filed_.clear();
     for (std::size_t l = 0; l < sizes; ++l)
       sets_.emplace_back(node_allocator<keyed>(arena_));
   }
   void file(std::size_t size, std::int32_t id, double key) {
-    const auto u = static_cast<std::size_t>(id);
-    if (u >= key_.size())
-      key_.resize(u + 1, std::nullopt);
-    if (key_[u])
-      sets_[size].erase({*key_[u], id});
-    key_[u] = key;
+    drop(id);
     sets_[size].emplace(key, id);
+    filed_[static_cast<std::size_t>(id)] = std::pair(size, key);
   }
-  void drop(std::size_t size, std::int32_t id) {
-    std::optional<double>& key = key_[static_cast<std::size_t>(id)];
-    sets_[size].erase({*key, id});
-    key.reset();
+  void drop(std::int32_t id) {
+    const auto u = static_cast<std::size_t>(id);
+    if (u >= filed_.size())
+      filed_.resize(u + 1, std::nullopt);
+    if (const auto& at = filed_[u]) {
+      sets_[at->first].erase({at->second, id});
+      filed_[u].reset();
+    }
   }
   template <class F>
   void walk(std::size_t size, F&& f) const {
@@ -61,21 +62,40 @@ private:
   // one node per entry, from an arena that lives as long as the index (no malloc per update)
   node_arena arena_;
   std::vector<std::set<keyed, std::less<keyed>, node_allocator<keyed>>> sets_;
-  std::vector<std::optional<double>> key_; // per group id: its key while filed
+  std::vector<std::optional<std::pair<std::size_t, double>>> filed_; // per id: (size, key)
 };
 
 class heap_headroom_index {
 public:
-  void reset(std::size_t sizes) { heaps_.assign(sizes, indexed_heap<double>{}); }
-  void file(std::size_t size, std::int32_t id, double key) { heaps_[size].set(key, id); }
-  void drop(std::size_t size, std::int32_t id) { heaps_[size].erase(id); }
+  void reset(std::size_t sizes) {
+    heaps_.assign(sizes, indexed_heap<double>{});
+    size_of_.clear();
+  }
+  void file(std::size_t size, std::int32_t id, double key) {
+    const auto u = static_cast<std::size_t>(id);
+    if (u >= size_of_.size())
+      size_of_.resize(u + 1, none);
+    if (size_of_[u] != size && size_of_[u] != none)
+      heaps_[size_of_[u]].erase(id);
+    heaps_[size].set(key, id); // files it, or moves it to its new key
+    size_of_[u] = size;
+  }
+  void drop(std::int32_t id) {
+    const auto u = static_cast<std::size_t>(id);
+    if (u < size_of_.size() && size_of_[u] != none) {
+      heaps_[size_of_[u]].erase(id);
+      size_of_[u] = none;
+    }
+  }
   template <class F>
   void walk(std::size_t size, F&& f) {
     heaps_[size].visit(std::numeric_limits<std::int32_t>::max(), f);
   }
 
 private:
+  static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
   std::vector<indexed_heap<double>> heaps_;
+  std::vector<std::size_t> size_of_; // per id: the size index it is filed under, or `none`
 };
 
 //! Improves `a` in place: sweeps over the rounds; in each, the group with the largest load (the
@@ -148,21 +168,10 @@ private:
   //! (Re)files group id under its current headroom, or drops it once it has closed.
   template <class Index>
   void refile(std::int32_t id, Index& index) {
-    const auto u = static_cast<std::size_t>(id);
-    if (u >= size_of_.size()) {
-      size_of_.resize(u + 1, 0);
-      filed_.resize(u + 1, 0);
-    }
-    const bool open = a_.open_group(id);
-    const std::size_t size = open ? costs_.size_index(a_.group_at(id).cp) : 0;
-    if (filed_[u] != 0 && (!open || size != size_of_[u]))
-      index.drop(size_of_[u], id);
-    filed_[u] = 0;
-    if (!open)
-      return;
-    size_of_[u] = size;
-    index.file(size, id, -headroom(id)); // files it, or moves it to its new key
-    filed_[u] = 1;
+    if (a_.open_group(id))
+      index.file(costs_.size_index(a_.group_at(id).cp), id, -headroom(id));
+    else
+      index.drop(id);
   }
   template <class Index>
   void index_headroom(Index& index) {
@@ -318,8 +327,6 @@ private:
   double eps_ = 0;
   set_headroom_index sets_; // the headroom index: one of the two, chosen by `run`
   heap_headroom_index heaps_;
-  std::vector<std::size_t> size_of_; // per group id: its size's index while filed
-  std::vector<char> filed_;
 };
 
 //! Runs the local search on `a` (see `local_search`).

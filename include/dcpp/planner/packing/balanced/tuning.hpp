@@ -209,10 +209,11 @@ struct balanced_tuning {
   //! candidates untouched.
   std::int64_t swap_samples = 1024;
   //! The search's headroom index is a heap from this many groups on, else a std::set (the same
-  //! order, so the same plans; `headroom_index`): where a round's maximum moves, each of its
-  //! groups is filed again, and the set's node updates took 17% of the planning of 65,536
-  //! samples on 1,024 ranks, while on small batches its walks are cheaper (a heap's walk costs
-  //! more per entry: with heaps everywhere, long_tail/s1 planned 1.4x slower).
+  //! order, so the same plans; `set_headroom_index`, `heap_headroom_index`): where a round's
+  //! maximum moves, each of its groups is filed again, and the set's node updates took 17% of
+  //! the planning of 65,536 samples on 1,024 ranks, while on small batches its walks are cheaper
+  //! (a heap's walk costs more per entry: with heaps everywhere, long_tail/s1 planned 1.4x
+  //! slower).
   std::int64_t heap_index_groups = 4096;
   //! A move must gain more than this fraction of the step time: no chasing rounding noise.
   double gain_epsilon = 1e-12;
