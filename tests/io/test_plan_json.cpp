@@ -85,6 +85,20 @@ TEST_CASE("plan_json: the DESIGN.md example reads") {
 }
 
 TEST_CASE("plan_json: malformed documents name what is wrong") {
+  // found by the fuzzer: a count in the metrics far out of range was cast from double to int
+  CHECK_THROWS_WITH_AS(
+      dcpp::read_plan_json(R"({"format": "dcpp-plan/1", "world_size": 4, "max_tokens_per_rank": 9,
+                               "lengths": [3], "microbatches": [],
+                               "metrics": {"min_microbatches": 1e+21}})"),
+      doctest::Contains("plan: metrics: field 'min_microbatches' = 1e+21 must be an integer "
+                        "in [-2147483648, 2147483647]"),
+      dcpp::error);
+  CHECK_THROWS_WITH_AS(
+      dcpp::read_plan_json(R"({"format": "dcpp-plan/1", "world_size": 4, "max_tokens_per_rank": 9,
+                               "lengths": [3], "microbatches": [],
+                               "metrics": {"idle_rank_slots": 2.5}})"),
+      doctest::Contains("plan: metrics: field 'idle_rank_slots' = 2.5 must be an integer"),
+      dcpp::error);
   CHECK_THROWS_WITH_AS(dcpp::read_plan_json("{", "x.json"),
                        doctest::Contains("x.json: not valid JSON"), dcpp::error);
   CHECK_THROWS_WITH_AS(dcpp::read_plan_json(R"({"format": "other/2"})"),

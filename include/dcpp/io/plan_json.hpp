@@ -230,8 +230,13 @@ inline plan read_plan_json(std::string_view text, std::string_view source = "pla
     p.metrics.plan_seconds = number("plan_seconds", 0);
     p.metrics.max_rank_load = number("max_rank_load", 0);
     p.metrics.mean_rank_load = number("mean_rank_load", 0);
-    p.metrics.idle_rank_slots = static_cast<std::int64_t>(number("idle_rank_slots", 0));
-    p.metrics.min_microbatches = static_cast<std::int32_t>(number("min_microbatches", 0));
+    // the counts are integers in range or an error naming the field (a cast of 1e21 to int is
+    // undefined behaviour)
+    const std::string where = fmt::format("{}: metrics", source);
+    if (m.contains("idle_rank_slots"))
+      p.metrics.idle_rank_slots = detail::get_field<std::int64_t>(m, where, "idle_rank_slots");
+    if (m.contains("min_microbatches"))
+      p.metrics.min_microbatches = detail::get_field<std::int32_t>(m, where, "min_microbatches");
     p.metrics.microbatch_overhead = number("microbatch_overhead", 0);
   }
   return p;
