@@ -87,7 +87,9 @@ TEST_CASE("calibration: a sparse, noisy calibration still plans close to the mod
   // noise, and one micro-batch row. The shape terms it cannot support stay out
   // (`rows_per_hinge`); with hinges fitted from 3 rows the plans were 13% slower
   const dcpp::transformer_cost truth;
-  for (std::uint64_t seed = 4; seed <= 6; ++seed) {
+  // the sanitizer build (DCPP_TESTS_QUICK) fits seed 6 only, the one with the slowest plan
+  const std::uint64_t first = std::getenv("DCPP_TESTS_QUICK") != nullptr ? 6 : 4;
+  for (std::uint64_t seed = first; seed <= 6; ++seed) {
     CAPTURE(seed);
     dcpp::workload::rng r(seed);
     std::vector<dcpp::calibration_row> rows;
