@@ -203,7 +203,9 @@ TEST_CASE("balanced: options assigned in any order give the same bytes") {
 }
 
 TEST_CASE("balanced: extra_microbatches = 0 holds it to the token minimum or Megatron's count") {
-  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+  // the sanitizer build (DCPP_TESTS_QUICK) runs seeds 1 and 2
+  const std::uint64_t seeds = std::getenv("DCPP_TESTS_QUICK") != nullptr ? 2 : 6;
+  for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
     dcpp::plan_options o = options_for(48, 8192);
     const auto lengths = w::long_tail(900, seed);
     dcpp::balanced strict;
@@ -962,7 +964,11 @@ TEST_CASE("balanced: contiguous groups are never slower than the aligned plan of
   // faster plan (`aligned_in_contiguous`) where its own is not within `aligned_gap` of the bound
   const dcpp::transformer_cost e;
   int slower_without = 0;
+  // the sanitizer build (DCPP_TESTS_QUICK) leaves out the 64-rank batches (half the test's time)
+  const bool quick = std::getenv("DCPP_TESTS_QUICK") != nullptr;
   for (const std::int32_t world : {24, 40, 64}) {
+    if (quick && world == 64)
+      continue;
     for (const std::uint64_t seed : {3u, 8u}) {
       CAPTURE(world);
       CAPTURE(seed);
@@ -984,7 +990,9 @@ TEST_CASE("balanced: contiguous groups are never slower than the aligned plan of
           alone.metrics.estimated_step_time > 1.01 * aligned.metrics.estimated_step_time ? 1 : 0;
     }
   }
-  CHECK(slower_without >= 2); // what the step is for: measured 1.5-5% slower on 4 of the 6
+  // what the step is for: measured 1.5-5% slower on 4 of the 6 (2 or more of the 4 without world
+  // 64)
+  CHECK(slower_without >= 2);
 }
 
 TEST_CASE("balanced: contiguous sizes the aligned ones cannot hold plan without the aligned run") {
