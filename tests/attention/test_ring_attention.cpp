@@ -27,9 +27,7 @@ const std::vector<int> mixed_lengths = {1, 2, 17, 64, 65, 100, 131, 3};
 //! CI's sanitizer build (-O0, ASan, UBSan) runs the host launcher some 30x slower and sets
 //! DCPP_TESTS_QUICK: it then runs a corner of the numeric matrix (every code path: cp 1 and 4,
 //! GQA, both head dims, every type); the full matrix runs in the normal build.
-bool quick() {
-  return std::getenv("DCPP_TESTS_QUICK") != nullptr;
-}
+using dcpp_test::quick;
 
 template <class T>
 void check_ring(int cp, int heads, int kv_heads, int dim, std::uint64_t seed,

@@ -46,7 +46,7 @@ void check_consistency(const dcpp::transformer_cost& truth) {
   // the sanitizer build (DCPP_TESTS_QUICK) plans one seed per generator, without the chunked
   // and bisected constructions (its sanitized run with chunked took 314 s; the unit tests run
   // both there)
-  const bool quick = std::getenv("DCPP_TESTS_QUICK") != nullptr;
+  const bool quick = dcpp_test::quick();
   dcpp::balanced policy;
   if (quick)
     policy.constructions &=
@@ -88,7 +88,7 @@ TEST_CASE("calibration: a sparse, noisy calibration still plans close to the mod
   // (`rows_per_hinge`); with hinges fitted from 3 rows the plans were 13% slower
   const dcpp::transformer_cost truth;
   // the sanitizer build (DCPP_TESTS_QUICK) fits seed 6 only, the one with the slowest plan
-  const std::uint64_t first = std::getenv("DCPP_TESTS_QUICK") != nullptr ? 6 : 4;
+  const std::uint64_t first = dcpp_test::quick() ? 6 : 4;
   for (std::uint64_t seed = first; seed <= 6; ++seed) {
     CAPTURE(seed);
     dcpp::workload::rng r(seed);

@@ -33,9 +33,7 @@ fs::path env_path(const char* name) {
 //! The sanitizer build (DCPP_TESTS_QUICK) plans one seed per generator, and the 65,536-sample
 //! cases with balanced only: megatron_greedy takes 4 s on them optimised, uniform_cp and
 //! static_cp most of a second.
-bool quick() {
-  return std::getenv("DCPP_TESTS_QUICK") != nullptr;
-}
+using dcpp_test::quick;
 
 //! Samples from which a run skips megatron_greedy in the contiguous topology: on 65,536 samples
 //! and 1,024 ranks it takes 140-315 s there (it tries every CP size from 1 to 1,024 for every

@@ -47,7 +47,7 @@ TEST_CASE("packing: the concept checks the pack signature and the name") {
 TEST_CASE("packing: invariants of every policy on 2000 seeded random workloads") {
   // the sanitizer build (DCPP_TESTS_QUICK) runs the first 600: all 2,000 took 250-400 s of its
   // 900 s suite, on a machine where the optimized build takes 11 s
-  const bool quick = std::getenv("DCPP_TESTS_QUICK") != nullptr;
+  const bool quick = dcpp_test::quick();
   const int trials = quick ? 600 : 2000;
   w::rng r(20261121);
   int planned = 0;
@@ -204,7 +204,7 @@ TEST_CASE("balanced: options assigned in any order give the same bytes") {
 
 TEST_CASE("balanced: extra_microbatches = 0 holds it to the token minimum or Megatron's count") {
   // the sanitizer build (DCPP_TESTS_QUICK) runs seeds 1 and 2
-  const std::uint64_t seeds = std::getenv("DCPP_TESTS_QUICK") != nullptr ? 2 : 6;
+  const std::uint64_t seeds = dcpp_test::quick() ? 2 : 6;
   for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
     dcpp::plan_options o = options_for(48, 8192);
     const auto lengths = w::long_tail(900, seed);
@@ -489,7 +489,7 @@ TEST_CASE("balanced: no plan keeps an empty round it could drop") {
   }
   // and on the random batches, where the multiple allows dropping them
   w::rng r(20261126);
-  const bool quick = std::getenv("DCPP_TESTS_QUICK") != nullptr;
+  const bool quick = dcpp_test::quick();
   for (int trial = 0; trial < (quick ? 100 : 400); ++trial) {
     const auto o = random_options(r);
     const auto lengths = random_lengths(r, o);
@@ -965,7 +965,7 @@ TEST_CASE("balanced: contiguous groups are never slower than the aligned plan of
   const dcpp::transformer_cost e;
   int slower_without = 0;
   // the sanitizer build (DCPP_TESTS_QUICK) leaves out the 64-rank batches (half the test's time)
-  const bool quick = std::getenv("DCPP_TESTS_QUICK") != nullptr;
+  const bool quick = dcpp_test::quick();
   for (const std::int32_t world : {24, 40, 64}) {
     if (quick && world == 64)
       continue;

@@ -261,7 +261,7 @@ TEST_CASE("plan: budget_lower_bound never passes the fastest plan of 2,000 small
   // them, the others fill; under the transformer cost a short sample on a wide group takes
   // several times its least area.
   // the sanitizer build (DCPP_TESTS_QUICK) runs the first 400 (all 2,000 take 30 s there)
-  const bool quick = std::getenv("DCPP_TESTS_QUICK") != nullptr;
+  const bool quick = dcpp_test::quick();
   const int trials = quick ? 400 : 2000;
   dcpp::workload::rng r(20261126);
   int tighter = 0;
@@ -304,7 +304,7 @@ TEST_CASE("plan: budget_lower_bound's gap term never passes the fastest plan of 
   // 5 to 10 samples on 2 or 4 aligned ranks or 3 contiguous ones, most of them of smallest size
   // 2 (some of 4), a micro-batch overhead of 3% to 300% of a sample's time: the rounds' gaps
   // cost, and more rounds cost too
-  const bool quick = std::getenv("DCPP_TESTS_QUICK") != nullptr;
+  const bool quick = dcpp_test::quick();
   const int trials = quick ? 4000 : 20000;
   dcpp::workload::rng r(20261127);
   int bites = 0; // the gap term is the bound

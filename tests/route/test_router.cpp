@@ -15,7 +15,7 @@
 TEST_CASE("router: conservation and bit-exact round trip, 2400 workloads on 1-8 ranks") {
   // the sanitizer build (DCPP_TESTS_QUICK) routes the first 800: every world size and both
   // placements, at a third of the suite's time there
-  const std::uint64_t workloads = std::getenv("DCPP_TESTS_QUICK") != nullptr ? 800 : 2400;
+  const std::uint64_t workloads = dcpp_test::quick() ? 800 : 2400;
   for (std::uint64_t seed = 0; seed < workloads; ++seed) {
     const int world = 1 + static_cast<int>(seed % 8);
     const auto where =

@@ -23,9 +23,7 @@ namespace d = dcpp::detail;
 using halving = d::bisector<estimator>;
 
 // the sanitizer build (DCPP_TESTS_QUICK) checks fewer batches
-bool quick() {
-  return std::getenv("DCPP_TESTS_QUICK") != nullptr;
-}
+using dcpp_test::quick;
 
 // uniform in [0, n)
 std::uint64_t below(dcpp::workload::rng& r, std::uint64_t n) {
