@@ -37,7 +37,7 @@ public:
       sets_.emplace_back(node_allocator<keyed>(arena_));
   }
   void file(std::size_t size, std::int32_t id, double key) {
-    drop(id);
+    drop(id); // unfiles it, and sizes filed_ to hold id (written below)
     sets_[size].emplace(key, id);
     filed_[static_cast<std::size_t>(id)] = std::pair(size, key);
   }
