@@ -83,19 +83,27 @@ private:
   std::vector<double> area_before_;
 };
 
-//! The forced-round term of `budget_lower_bound`, before the micro-batch overhead (see there);
-//! 0 where the batch has more legal sizes than it examines. `least_area`, `least_time`,
-//! `least_tokens`: per sample over its legal sizes (rank-tokens: tokens per rank x size);
-//! `total`: the sum of `least_area`.
+//! How many big samples the forced-round term deals, each count a bound of its own (2^k rounds'
+//! subsets, 3^k partitions): `budget_bound_terms` takes the largest. More is not always
+//! tighter: a sample dealt as big leaves the fractional fill of the others, and a size's pieces
+//! past six are dealt by bounds, not exactly (two-tier `pareto/s2`: 8 gives 0.958 of its plan,
+//! 12 gives 0.975; `context_ext/64`: 10 gives 0.956, 12 gives 0.945).
+inline constexpr std::size_t forced_round_counts[] = {8, 10, 12};
+
+//! The forced-round term of `budget_lower_bound` with the `most_big` samples of longest least
+//! time as the big ones, before the micro-batch overhead (see there); 0 where the batch has more
+//! legal sizes than it examines or the search passes `steps_left` steps (it takes off those it
+//! took). `least_area`, `least_time`, `least_tokens`: per sample over its legal sizes
+//! (rank-tokens: tokens per rank x size); `total`: the sum of `least_area`.
 template <workload_estimator Estimator>
 double forced_round_bound(const problem& pr, const Estimator& estimator,
                           const std::vector<double>& least_area,
                           const std::vector<double>& least_time,
-                          const std::vector<double>& least_tokens, double total) {
-  constexpr std::size_t most_big = 8;    // big samples: 2^8 rounds' subsets, 3^8 partitions
+                          const std::vector<double>& least_tokens, double total,
+                          std::size_t most_big, std::int64_t& steps_left) {
   constexpr std::size_t most_sizes = 16; // sizes per big sample: the choices multiply
   const std::size_t n = pr.size();
-  if (n == 0 || pr.cp_sizes.size() > most_sizes)
+  if (n == 0 || pr.cp_sizes.size() > most_sizes || most_big == 0 || most_big > 16)
     return 0;
   const double world = pr.options.world_size;
   const double budget = static_cast<double>(pr.options.max_tokens_per_rank);
@@ -132,6 +140,18 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
     std::sort(os.begin(), os.end(), [](const option& a, const option& b) {
       return a.area != b.area ? a.area < b.area : a.time < b.time;
     });
+  // big samples alike to the one before them (the same options and least area): the search
+  // gives them choices in order only, as alike samples charge the same in any order (on
+  // two-tier `long_tail/1024`, whose longest samples are 131,072 tokens each, 8 big samples
+  // take 24K steps instead of 99K, and 10 fit the steps)
+  std::vector<bool> alike(m, false);
+  for (std::size_t k = 1; k < m; ++k)
+    alike[k] = least_area[order[k]] == least_area[order[k - 1]] &&
+               std::equal(options[k].begin(), options[k].end(), options[k - 1].begin(),
+                          options[k - 1].end(), [](const option& a, const option& b) {
+                            return a.time == b.time && a.area == b.area && a.ranks == b.ranks &&
+                                   a.tokens == b.tokens && a.size == b.size;
+                          });
   // the other samples as a fractional knapsack
   std::vector<least_area_knapsack::item> small;
   for (std::size_t i = 0; i < n; ++i)
@@ -150,13 +170,14 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
         }
   // The least charge of a round holding the big samples of `mask`, over every choice of their
   // sizes and of how many groups each size's pieces take (budget_lower_bound has the proof),
-  // searched with the least area first; it stops, and the term is dropped, past `most_visits`
-  // steps.
-  constexpr std::int64_t most_visits = std::int64_t{1} << 18;
+  // searched with the least area first; it stops, and the term is dropped, past `steps_left`
+  // steps (what is left of them on return).
+  const std::int64_t most_visits = steps_left;
   constexpr std::size_t exact_pieces = 6; // a size's pieces dealt exactly up to this many
   std::int64_t visits = 0;
   std::vector<std::size_t> members;
   std::vector<const option*> chosen(m);
+  std::vector<std::size_t> chosen_index(m); // in options[members[at]]
   struct size_class {
     const option* first;
     double area = 0;
@@ -287,14 +308,19 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
         best_charge = std::min(best_charge, least_charge(at, area, past, fill));
         return;
       }
-      const double least = least_area[order[members[at]]];
-      for (const option& o : options[members[at]]) {
-        chosen[at] = &o;
-        self(self, at + 1, area + o.area, past + std::max(0.0, o.area - least));
+      const std::size_t k = members[at];
+      const double least = least_area[order[k]];
+      const std::size_t from =
+          at > 0 && members[at - 1] + 1 == k && alike[k] ? chosen_index[at - 1] : 0;
+      for (std::size_t x = from; x < options[k].size(); ++x) {
+        chosen[at] = &options[k][x];
+        chosen_index[at] = x;
+        self(self, at + 1, area + chosen[at]->area, past + std::max(0.0, chosen[at]->area - least));
       }
     };
     search(search, 0, 0.0, 0.0);
   }
+  steps_left = std::max<std::int64_t>(0, most_visits - visits);
   if (visits > most_visits)
     return 0;
   // the big samples dealt into rounds: the least total charge over the partitions
@@ -393,7 +419,17 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
   // without heavy samples every term is lower_bound's (the same sums in the same order)
   const double work_bound =
       heavy == 0 ? 0.0 : (heavy_time + light_area - std::min(carried, free_time)) / n;
-  const double forced = forced_round_bound(pr, estimator, areas, times, tokens, area);
+  // the counts share 2^19 search steps (10 big samples of two-tier `context_ext/64` take
+  // 262,590): about 0.1 s at most on the development machine, where the whole bound of two-tier
+  // `long_tail/1024` takes 0.2 s
+  double forced = 0;
+  std::int64_t steps_left = std::int64_t{1} << 19;
+  for (const std::size_t most_big : forced_round_counts) {
+    forced = std::max(forced, forced_round_bound(pr, estimator, areas, times, tokens, area,
+                                                 most_big, steps_left));
+    if (most_big >= pr.size())
+      break; // every sample is big: more deal the same
+  }
   const auto fewest =
       static_cast<std::int64_t>(std::max<std::size_t>(static_cast<std::size_t>(k_min), heavy));
   double gaps = 0; // the gap term of each class of samples (same smallest size, at least 2)
@@ -420,7 +456,8 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
 //! valid relaxation of the choice of sizes), and every plan has at least max(token minimum,
 //! heavy samples) rounds of overhead.
 //! Forced rounds (`detail::forced_round_bound`; where the options allow at most 16 sizes): the
-//! eight samples of longest least time ("big") each sit in some round. Take a round of time T
+//! k samples of longest least time ("big") each sit in some round (k = 8, 10 and 12, each a
+//! bound: the term is the largest). Take a round of time T
 //! holding the set S of big samples, each on a size c_j (area a_j, time w_j, rank-tokens t_j).
 //! A group has one size, so big samples on different sizes sit on different ranks; those in one
 //! group share its ranks, their tokens within the budget M and their times adding up within T.
