@@ -535,18 +535,21 @@ TEST_CASE("balanced: an extra round sheds a dominant sample's small companions")
 }
 
 namespace {
-// static_cp's placement rule written plainly (the policy scans up to 64 slots and keeps ordered
-// sets past that): among the 64 least-loaded slots (load, then id) the first with token room,
-// else the roomiest slot (tokens, then id) if it has room, else one more micro-batch multiple
-std::vector<std::vector<std::int32_t>> static_reference(const dcpp::problem& pr, std::int32_t c) {
+// static_cp's placement rule written plainly (the policy scans up to 64 slots and keeps a window
+// of the 64 least-loaded past that): among the 64 least-loaded slots (load, then id) the first
+// with token room, else the roomiest slot (tokens, then id) if it has room, else one more
+// micro-batch multiple
+template <class Estimator = dcpp::megatron_cost>
+std::vector<std::vector<std::int32_t>> static_reference(const dcpp::problem& pr, std::int32_t c,
+                                                        const Estimator& estimator = {}) {
   const auto groups = static_cast<std::size_t>(pr.options.world_size / c);
   // the policy's order: the bucketing's, made stable by descending cost
   std::vector<std::int32_t> order =
-      dcpp::detail::flatten(dcpp::make_buckets(dcpp::by_cp_size{}, pr, dcpp::megatron_cost{}));
+      dcpp::detail::flatten(dcpp::make_buckets(dcpp::by_cp_size{}, pr, estimator));
   std::vector<double> cost(pr.size());
   std::int64_t total = 0;
   for (std::size_t i = 0; i < pr.size(); ++i) {
-    cost[i] = dcpp::megatron_cost{}.cost(pr.lengths[i], c);
+    cost[i] = estimator.cost(pr.lengths[i], c);
     total += pr.rank_tokens(i, c);
   }
   std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
@@ -592,9 +595,51 @@ std::vector<std::vector<std::int32_t>> static_reference(const dcpp::problem& pr,
 }
 } // namespace
 
+namespace {
+// static_cp's plan against the plain rule; the plan's slot count
+template <class Estimator = dcpp::megatron_cost>
+std::size_t check_static_against_reference(const dcpp::problem& pr,
+                                           const Estimator& estimator = {}) {
+  const dcpp::static_cp policy{};
+  const std::int32_t c = policy.resolve(pr);
+  const dcpp::plan p = policy.pack(pr, estimator);
+  const auto expected = static_reference(pr, c, estimator);
+  const auto groups = static_cast<std::size_t>(pr.options.world_size / c);
+  REQUIRE(p.microbatches.size() * groups == expected.size());
+  for (std::size_t m = 0; m < p.microbatches.size(); ++m) {
+    std::size_t g = 0;
+    for (std::size_t slot = m * groups; slot < (m + 1) * groups; ++slot) {
+      if (expected[slot].empty())
+        continue;
+      REQUIRE(g < p.microbatches[m].groups.size());
+      CHECK(p.microbatches[m].groups[g].first_rank ==
+            static_cast<std::int32_t>((slot - m * groups) * static_cast<std::size_t>(c)));
+      CHECK(p.microbatches[m].groups[g].samples == expected[slot]);
+      ++g;
+    }
+    CHECK(g == p.microbatches[m].groups.size());
+  }
+  return expected.size();
+}
+
+// free below 600 tokens, length^2/cp from there (within the estimator contract: many slots then
+// keep the same load as samples join them)
+struct free_below_600 {
+  [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const noexcept {
+    return length < 600 ? 0.0 : dcpp::megatron_cost{}.cost(length, cp);
+  }
+};
+// a negative cost, outside the estimator contract: loads fall as samples join
+struct negative_cost {
+  [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const noexcept {
+    return -static_cast<double>(length % 997) / cp;
+  }
+};
+} // namespace
+
 TEST_CASE("static_cp: the slot choice is the plain rule, below and past 64 slots") {
-  // few slots (a scan) and many (ordered sets), and batches that grow rounds past the token
-  // minimum, crossing from one to the other
+  // few slots (a scan) and many (the window of the 64 least-loaded), and batches that grow rounds
+  // past the token minimum, crossing from one to the other
   dcpp::workload::rng r(0x57a7);
   for (int trial = 0; trial < 60; ++trial) {
     CAPTURE(trial);
@@ -602,28 +647,33 @@ TEST_CASE("static_cp: the slot choice is the plain rule, below and past 64 slots
     const std::int64_t budget = 512 * r.uniform_int(1, 8);
     const auto lengths = w::sft_lognormal(static_cast<std::size_t>(r.uniform_int(1, 700)), r.next(),
                                           300, 1.1, 1, budget);
-    const dcpp::plan_options o = options_for(world, budget);
-    const dcpp::problem pr = dcpp::make_problem(o, lengths);
-    const dcpp::static_cp policy{};
-    const std::int32_t c = policy.resolve(pr);
-    const dcpp::plan p = policy.pack(pr, dcpp::megatron_cost{});
-    const auto expected = static_reference(pr, c);
-    const auto groups = static_cast<std::size_t>(world / c);
-    REQUIRE(p.microbatches.size() * groups == expected.size());
-    for (std::size_t m = 0; m < p.microbatches.size(); ++m) {
-      std::size_t g = 0;
-      for (std::size_t slot = m * groups; slot < (m + 1) * groups; ++slot) {
-        if (expected[slot].empty())
-          continue;
-        REQUIRE(g < p.microbatches[m].groups.size());
-        CHECK(p.microbatches[m].groups[g].first_rank ==
-              static_cast<std::int32_t>((slot - m * groups) * static_cast<std::size_t>(c)));
-        CHECK(p.microbatches[m].groups[g].samples == expected[slot]);
-        ++g;
-      }
-      CHECK(g == p.microbatches[m].groups.size());
-    }
+    check_static_against_reference(dcpp::make_problem(options_for(world, budget), lengths));
   }
+}
+
+TEST_CASE("static_cp: past 64 slots, long tails, costless and negative-cost samples follow the "
+          "plain rule") {
+  // a long tail fills the lightest slots' tokens with short samples, so the 64 least-loaded have
+  // no room for most samples and the roomiest takes them; costless samples leave loads as they
+  // are and negative ones lower them (the window is then rebuilt)
+  dcpp::workload::rng r(0x7a11);
+  std::size_t windowed = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    CAPTURE(trial);
+    const std::int32_t world = std::int32_t{1} << r.uniform_int(4, 6);
+    const std::int64_t budget = 1024 * r.uniform_int(2, 8);
+    const auto lengths = w::long_tail(static_cast<std::size_t>(r.uniform_int(300, 1500)), r.next(),
+                                      0.02 + 0.1 * r.uniform(), budget * 8);
+    const dcpp::problem pr = dcpp::make_problem(options_for(world, budget), lengths);
+    std::size_t slots = 0;
+    switch (trial % 3) {
+    case 0: slots = check_static_against_reference(pr); break;
+    case 1: slots = check_static_against_reference(pr, free_below_600{}); break;
+    default: slots = check_static_against_reference(pr, negative_cost{}); break;
+    }
+    windowed += slots > 64 ? 1 : 0;
+  }
+  CHECK(windowed >= 36);
 }
 
 TEST_CASE("balanced: under length^2/cp one world-wide size per round balances to the bound") {

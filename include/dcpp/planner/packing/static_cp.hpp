@@ -1,16 +1,115 @@
 // static_cp: one fixed CP size for every sample, packed to the token budget.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
-#include <set>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "dcpp/planner/packing.hpp"
+#include "dcpp/planner/packing/balanced/indexed_heap.hpp"
 
 namespace dcpp {
+
+namespace detail {
+
+//! static_cp's slots by (load, slot): the first `width` of them (the window) in a sorted array
+//! with their tokens, the others in a heap. The least-loaded window slot with room for a sample
+//! is then a scan of that array, where a std::set of every slot (and of their tokens) took 90%
+//! of balanced's planning time on 65,536 samples under length^2/cp: most samples of a long tail
+//! find no room in the window (its slots light, their tokens spent on short samples), and every
+//! placement moved two set nodes.
+class load_window {
+public:
+  //! Every slot at its (load, tokens), by slot index (more than `width` slots).
+  template <class Slots>
+  void reset(const Slots& slots, std::size_t width) {
+    DCPP_EXPECTS(width > 0 && slots.size() > width);
+    width_ = width;
+    loads_.resize(slots.size());
+    tokens_.resize(slots.size());
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      loads_[i] = slots[i].load;
+      tokens_[i] = slots[i].tokens;
+    }
+    rebuild();
+  }
+  //! Slot `id` now at `load` and `tokens`.
+  void update(std::int32_t id, double load, std::int64_t tokens) {
+    const auto uid = static_cast<std::size_t>(id);
+    const bool lower = load < loads_[uid];
+    loads_[uid] = load;
+    tokens_[uid] = tokens;
+    if (lower) { // a sample of negative cost (outside the estimator contract): anew
+      rebuild();
+      return;
+    }
+    if (!in_window_[uid]) { // after the window before, and after it still
+      rest_.set(load, id);
+      return;
+    }
+    // most placements go to the window's first slot: found from the front
+    window_.erase(
+        std::find_if(window_.begin(), window_.end(), [&](const member& m) { return m.id == id; }));
+    member m{load, tokens, id};
+    if (const auto first = rest_.top(); first && before(*first, m)) {
+      // it leaves the window, and the first slot after it enters
+      rest_.erase(first->second);
+      rest_.set(load, id);
+      in_window_[uid] = false;
+      in_window_[static_cast<std::size_t>(first->second)] = true;
+      m = {first->first, tokens_[static_cast<std::size_t>(first->second)], first->second};
+    }
+    window_.insert(std::upper_bound(window_.begin(), window_.end(), m,
+                                    [](const member& a, const member& b) {
+                                      return a.load < b.load || (a.load == b.load && a.id < b.id);
+                                    }),
+                   m);
+  }
+  //! The least-loaded window slot (by load, then index) with `room` tokens more; -1: none.
+  [[nodiscard]] std::int32_t first_with_room(std::int64_t room) const {
+    for (const member& m : window_)
+      if (m.tokens <= room)
+        return m.id;
+    return -1;
+  }
+
+private:
+  struct member {
+    double load = 0;
+    std::int64_t tokens = 0;
+    std::int32_t id = 0;
+  };
+  static bool before(const std::pair<double, std::int32_t>& a, const member& b) {
+    return a.first < b.load || (a.first == b.load && a.second < b.id);
+  }
+  void rebuild() {
+    rest_.clear();
+    window_.clear();
+    in_window_.assign(loads_.size(), false);
+    for (std::size_t i = 0; i < loads_.size(); ++i)
+      rest_.set(loads_[i], static_cast<std::int32_t>(i));
+    while (window_.size() < width_) {
+      const auto first = *rest_.top();
+      rest_.erase(first.second);
+      in_window_[static_cast<std::size_t>(first.second)] = true;
+      window_.push_back(
+          {first.first, tokens_[static_cast<std::size_t>(first.second)], first.second});
+    }
+  }
+  std::size_t width_ = 1;
+  std::vector<double> loads_;
+  std::vector<std::int64_t> tokens_;
+  std::vector<bool> in_window_;
+  std::vector<member> window_; // ascending (load, slot)
+  indexed_heap<double> rest_;  // (load, slot) of the slots after the window
+};
+
+} // namespace detail
 
 //! Static context parallelism, the common baseline: every sample runs on a group of `cp` ranks
 //! (0: the smallest legal size that fits the longest sample), the world is `world_size / cp`
@@ -94,27 +193,22 @@ struct static_cp_with {
     // The choice: among the `tries` least-loaded slots (by load, then id), the first with room;
     // else the roomiest slot (by tokens, then id) if it has room; else more rounds. Up to `tries`
     // slots the least-loaded slot with room is found by a scan (the same choice: every slot is
-    // among the first `tries`, and the roomiest has room only if some slot has); past that, two
-    // ordered sets keep the slots by load and by tokens.
+    // among the first `tries`, and the roomiest has room only if some slot has); past that, the
+    // window of the `tries` least-loaded slots knows whether one has room (the scan then finds
+    // it), and a heap keeps the slots by tokens.
     constexpr std::size_t tries = 64;
-    std::set<std::pair<double, std::int32_t>> by_load;         // (load, slot)
-    std::set<std::pair<std::int64_t, std::int32_t>> by_tokens; // (tokens, slot): most room first
+    detail::load_window window;
+    detail::indexed_heap<std::int64_t> by_tokens; // (tokens, slot): most room first
     bool indexed = false;
     auto add_microbatches = [&](std::int32_t count) {
+      const std::size_t from = slots.size();
       slots.resize(slots.size() + static_cast<std::size_t>(count) * groups_per_mb);
-      if (!indexed && slots.size() > tries) {
-        indexed = true;
-        for (std::size_t i = 0; i < slots.size(); ++i) {
-          by_load.emplace(slots[i].load, static_cast<std::int32_t>(i));
-          by_tokens.emplace(slots[i].tokens, static_cast<std::int32_t>(i));
-        }
-      } else if (indexed) {
-        for (std::size_t i = slots.size() - static_cast<std::size_t>(count) * groups_per_mb;
-             i < slots.size(); ++i) {
-          by_load.emplace(0.0, static_cast<std::int32_t>(i));
-          by_tokens.emplace(0, static_cast<std::int32_t>(i));
-        }
-      }
+      if (slots.size() <= tries)
+        return;
+      window.reset(slots, tries);
+      for (std::size_t i = indexed ? from : 0; i < slots.size(); ++i)
+        by_tokens.set(slots[i].tokens, static_cast<std::int32_t>(i));
+      indexed = true;
     };
     const auto choose = [&](std::int64_t tokens) {
       const std::int64_t room = o.max_tokens_per_rank - tokens;
@@ -126,11 +220,9 @@ struct static_cp_with {
             chosen = static_cast<std::int32_t>(i);
         return chosen;
       }
-      std::size_t tried = 0;
-      for (auto it = by_load.begin(); it != by_load.end() && tried < tries; ++it, ++tried)
-        if (slots[static_cast<std::size_t>(it->second)].tokens <= room)
-          return it->second;
-      return by_tokens.begin()->first <= room ? by_tokens.begin()->second : -1;
+      if (const std::int32_t id = window.first_with_room(room); id >= 0)
+        return id;
+      return by_tokens.top()->first <= room ? by_tokens.top()->second : -1;
     };
     add_microbatches(k);
     for (const std::int32_t sample : order) {
@@ -142,16 +234,12 @@ struct static_cp_with {
         chosen = choose(tokens);
       }
       auto& sl = slots[static_cast<std::size_t>(chosen)];
-      if (indexed) {
-        by_load.erase({sl.load, chosen});
-        by_tokens.erase({sl.tokens, chosen});
-      }
       sl.samples.push_back(sample);
       sl.tokens += tokens;
       sl.load += cost[s];
       if (indexed) {
-        by_load.emplace(sl.load, chosen);
-        by_tokens.emplace(sl.tokens, chosen);
+        window.update(chosen, sl.load, sl.tokens);
+        by_tokens.set(sl.tokens, chosen);
       }
     }
     plan p = detail::make_plan_shell(pr, name);
