@@ -55,10 +55,14 @@ public:
     double tokens;  // least rank-tokens
     std::size_t id;
   };
-  explicit least_area_knapsack(std::vector<item> items) : items_(std::move(items)) {
-    std::sort(items_.begin(), items_.end(), [](const item& a, const item& b) {
-      return a.density != b.density ? a.density > b.density : a.id < b.id;
-    });
+  //! The knapsack's order: the densest first, then by id.
+  [[nodiscard]] static bool before(const item& a, const item& b) noexcept {
+    return a.density != b.density ? a.density > b.density : a.id < b.id;
+  }
+  explicit least_area_knapsack(std::vector<item> items) : least_area_knapsack(sort(items), 0) {}
+  //! `items` already in the knapsack's order (`before`).
+  least_area_knapsack(std::vector<item>&& sorted, int) : items_(std::move(sorted)) {
+    DCPP_EXPECTS(std::is_sorted(items_.begin(), items_.end(), before));
     tokens_before_.assign(items_.size() + 1, 0);
     area_before_.assign(items_.size() + 1, 0);
     for (std::size_t s = 0; s < items_.size(); ++s) {
@@ -78,6 +82,10 @@ public:
   }
 
 private:
+  static std::vector<item>&& sort(std::vector<item>& items) {
+    std::sort(items.begin(), items.end(), before);
+    return std::move(items);
+  }
   std::vector<item> items_;
   std::vector<double> tokens_before_; // prefix sums in knapsack order
   std::vector<double> area_before_;
@@ -90,14 +98,82 @@ private:
 //! 12 gives 0.975; `context_ext/64`: 10 gives 0.956, 12 gives 0.945).
 inline constexpr std::size_t forced_round_counts[] = {8, 10, 12};
 
+//! What `forced_round_bound` needs whatever its count of big samples, worked out once for all
+//! counts: the samples of longest least time (as many as the largest count), and over the other
+//! samples their fractional knapsack's items, in its order, and their most yield per size. A
+//! count of k then adds back the samples of `order` past k.
+struct forced_round_inputs {
+  std::vector<std::size_t> order;              // longest least time first, then by id
+  std::vector<least_area_knapsack::item> rest; // the samples not in `order`, in knapsack order
+  std::vector<double> rest_yield;              // per size: the most of any sample not in `order`
+  std::vector<std::vector<double>> yield_of;   // per sample of `order`, per size (0: none)
+};
+
+//! `forced_round_inputs` for up to `most_big` big samples. `least_area`, `least_time`,
+//! `least_tokens`: per sample over its legal sizes (rank-tokens: tokens per rank x size);
+//! `row_of`, `first_of`: each sample's length row and each row's first sample (the yields are
+//! worked out once per length).
+template <workload_estimator Estimator>
+forced_round_inputs
+forced_round_setup(const problem& pr, const Estimator& estimator,
+                   const std::vector<double>& least_area, const std::vector<double>& least_time,
+                   const std::vector<double>& least_tokens, std::span<const std::int32_t> row_of,
+                   std::span<const std::int32_t> first_of, std::size_t most_big) {
+  const std::size_t n = pr.size();
+  const std::size_t sizes = pr.cp_sizes.size();
+  forced_round_inputs in;
+  in.order.resize(n);
+  for (std::size_t i = 0; i < n; ++i)
+    in.order[i] = i;
+  const std::size_t m = std::min(most_big, n);
+  std::partial_sort(in.order.begin(), in.order.begin() + static_cast<std::ptrdiff_t>(m),
+                    in.order.end(), [&](std::size_t a, std::size_t b) {
+                      return least_time[a] != least_time[b] ? least_time[a] > least_time[b] : a < b;
+                    });
+  in.order.resize(m);
+  std::vector<bool> big(n, false);
+  std::vector<std::size_t> others_in_row(first_of.size(), 0);
+  for (const std::size_t i : in.order)
+    big[i] = true;
+  for (std::size_t i = 0; i < n; ++i)
+    if (!big[i]) {
+      others_in_row[static_cast<std::size_t>(row_of[i])] += 1;
+      in.rest.push_back({least_area[i] / least_tokens[i], least_tokens[i], i});
+    }
+  std::sort(in.rest.begin(), in.rest.end(), least_area_knapsack::before);
+  // per length and size: the least area a sample brings per area it takes there
+  std::vector<double> row_yield(first_of.size() * sizes, 0.0);
+  for (std::size_t r = 0; r < first_of.size(); ++r) {
+    const auto first = static_cast<std::size_t>(first_of[r]);
+    for (std::size_t c = 0; c < sizes; ++c)
+      if (pr.cp_sizes[c] >= pr.min_cp_of[first]) {
+        const double taken = sample_cost(pr, estimator, first, pr.cp_sizes[c]) * pr.cp_sizes[c];
+        if (taken > 0)
+          row_yield[r * sizes + c] = std::min(1.0, least_area[first] / taken);
+      }
+  }
+  in.rest_yield.assign(sizes, 0.0);
+  for (std::size_t r = 0; r < first_of.size(); ++r)
+    if (others_in_row[r] > 0)
+      for (std::size_t c = 0; c < sizes; ++c)
+        in.rest_yield[c] = std::max(in.rest_yield[c], row_yield[r * sizes + c]);
+  for (const std::size_t i : in.order) {
+    const auto r = static_cast<std::size_t>(row_of[i]);
+    in.yield_of.emplace_back(row_yield.begin() + static_cast<std::ptrdiff_t>(r * sizes),
+                             row_yield.begin() + static_cast<std::ptrdiff_t>((r + 1) * sizes));
+  }
+  return in;
+}
+
 //! The forced-round term of `budget_lower_bound` with the `most_big` samples of longest least
 //! time as the big ones, before the micro-batch overhead (see there); 0 where the batch has more
 //! legal sizes than it examines or the search passes `steps_left` steps (it takes off those it
-//! took). `least_area`, `least_time`, `least_tokens`: per sample over its legal sizes
-//! (rank-tokens: tokens per rank x size); `total`: the sum of `least_area`.
+//! took). `inputs`: `forced_round_setup` for at least `most_big` samples; `least_area`,
+//! `least_time`, `least_tokens`: per sample over its legal sizes (rank-tokens: tokens per rank x
+//! size); `total`: the sum of `least_area`.
 template <workload_estimator Estimator>
 double forced_round_bound(const problem& pr, const Estimator& estimator,
-                          const std::vector<double>& least_area,
+                          const forced_round_inputs& inputs, const std::vector<double>& least_area,
                           const std::vector<double>& least_time,
                           const std::vector<double>& least_tokens, double total,
                           std::size_t most_big, std::int64_t& steps_left) {
@@ -109,14 +185,9 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
   const double budget = static_cast<double>(pr.options.max_tokens_per_rank);
   const double capacity = world * budget;
   // the big samples: the costliest by least time
-  std::vector<std::size_t> order(n);
-  for (std::size_t i = 0; i < n; ++i)
-    order[i] = i;
   const std::size_t m = std::min(most_big, n);
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(m), order.end(),
-                    [&](std::size_t a, std::size_t b) {
-                      return least_time[a] != least_time[b] ? least_time[a] > least_time[b] : a < b;
-                    });
+  DCPP_EXPECTS(m <= inputs.order.size() && least_time.size() == n);
+  const std::vector<std::size_t>& order = inputs.order;
   struct option {
     double time;
     double area;
@@ -125,10 +196,8 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
     std::size_t size; // index in pr.cp_sizes
   };
   std::vector<std::vector<option>> options(m);
-  std::vector<bool> big(n, false);
   for (std::size_t k = 0; k < m; ++k) {
     const std::size_t i = order[k];
-    big[i] = true;
     for (std::size_t c = 0; c < pr.cp_sizes.size(); ++c)
       if (const std::int32_t cp = pr.cp_sizes[c]; cp >= pr.min_cp_of[i]) {
         const double w = sample_cost(pr, estimator, i, cp);
@@ -152,22 +221,20 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
                             return a.time == b.time && a.area == b.area && a.ranks == b.ranks &&
                                    a.tokens == b.tokens && a.size == b.size;
                           });
-  // the other samples as a fractional knapsack
-  std::vector<least_area_knapsack::item> small;
-  for (std::size_t i = 0; i < n; ++i)
-    if (!big[i])
-      small.push_back({least_area[i] / least_tokens[i], least_tokens[i], i});
-  const least_area_knapsack others(std::move(small));
+  // the other samples as a fractional knapsack: those past the big ones in `inputs.order` join
+  // the rest, in its order
+  std::vector<least_area_knapsack::item> small = inputs.rest;
+  for (std::size_t k = m; k < order.size(); ++k) {
+    const std::size_t i = order[k];
+    const least_area_knapsack::item x{least_area[i] / least_tokens[i], least_tokens[i], i};
+    small.insert(std::upper_bound(small.begin(), small.end(), x, least_area_knapsack::before), x);
+  }
+  const least_area_knapsack others(std::move(small), 0);
   // per size: the most least area an other sample brings per area it takes on that size
-  std::vector<double> yield(pr.cp_sizes.size(), 0.0);
-  for (std::size_t i = 0; i < n; ++i)
-    if (!big[i])
-      for (std::size_t c = 0; c < pr.cp_sizes.size(); ++c)
-        if (pr.cp_sizes[c] >= pr.min_cp_of[i]) {
-          const double taken = sample_cost(pr, estimator, i, pr.cp_sizes[c]) * pr.cp_sizes[c];
-          if (taken > 0)
-            yield[c] = std::max(yield[c], std::min(1.0, least_area[i] / taken));
-        }
+  std::vector<double> yield = inputs.rest_yield;
+  for (std::size_t k = m; k < order.size(); ++k)
+    for (std::size_t c = 0; c < yield.size(); ++c)
+      yield[c] = std::max(yield[c], inputs.yield_of[k][c]);
   // The least charge of a round holding the big samples of `mask`, over every choice of their
   // sizes and of how many groups each size's pieces take (budget_lower_bound has the proof),
   // searched with the least area first; it stops, and the term is dropped, past `steps_left`
@@ -424,11 +491,16 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
   // `long_tail/1024` takes 0.2 s
   double forced = 0;
   std::int64_t steps_left = std::int64_t{1} << 19;
-  for (const std::size_t most_big : forced_round_counts) {
-    forced = std::max(forced, forced_round_bound(pr, estimator, areas, times, tokens, area,
-                                                 most_big, steps_left));
-    if (most_big >= pr.size())
-      break; // every sample is big: more deal the same
+  if (!pr.lengths.empty() && pr.cp_sizes.size() <= 16) {
+    const forced_round_inputs inputs =
+        forced_round_setup(pr, estimator, areas, times, tokens, row_of, first_of,
+                           std::ranges::max(forced_round_counts));
+    for (const std::size_t most_big : forced_round_counts) {
+      forced = std::max(forced, forced_round_bound(pr, estimator, inputs, areas, times, tokens,
+                                                   area, most_big, steps_left));
+      if (most_big >= pr.size())
+        break; // every sample is big: more deal the same
+    }
   }
   const auto fewest =
       static_cast<std::int64_t>(std::max<std::size_t>(static_cast<std::size_t>(k_min), heavy));
