@@ -168,13 +168,12 @@ forced_round_setup(const problem& pr, const Estimator& estimator,
 //! The forced-round term of `budget_lower_bound` with the `most_big` samples of longest least
 //! time as the big ones, before the micro-batch overhead (see there); 0 where the batch has more
 //! legal sizes than it examines or the search passes `steps_left` steps (it takes off those it
-//! took). `inputs`: `forced_round_setup` for at least `most_big` samples; `least_area`,
-//! `least_time`, `least_tokens`: per sample over its legal sizes (rank-tokens: tokens per rank x
-//! size); `total`: the sum of `least_area`.
+//! took). `inputs`: `forced_round_setup` for at least `most_big` samples (its order is by least
+//! time); `least_area`, `least_tokens`: per sample over its legal sizes (rank-tokens: tokens per
+//! rank x size); `total`: the sum of `least_area`.
 template <workload_estimator Estimator>
 double forced_round_bound(const problem& pr, const Estimator& estimator,
                           const forced_round_inputs& inputs, const std::vector<double>& least_area,
-                          const std::vector<double>& least_time,
                           const std::vector<double>& least_tokens, double total,
                           std::size_t most_big, std::int64_t& steps_left) {
   constexpr std::size_t most_sizes = 16; // sizes per big sample: the choices multiply
@@ -186,7 +185,7 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
   const double capacity = world * budget;
   // the big samples: the costliest by least time
   const std::size_t m = std::min(most_big, n);
-  DCPP_EXPECTS(m <= inputs.order.size() && least_time.size() == n);
+  DCPP_EXPECTS(m <= inputs.order.size() && least_area.size() == n);
   const std::vector<std::size_t>& order = inputs.order;
   struct option {
     double time;
@@ -496,8 +495,8 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
         forced_round_setup(pr, estimator, areas, times, tokens, row_of, first_of,
                            std::ranges::max(forced_round_counts));
     for (const std::size_t most_big : forced_round_counts) {
-      forced = std::max(forced, forced_round_bound(pr, estimator, inputs, areas, times, tokens,
-                                                   area, most_big, steps_left));
+      forced = std::max(forced, forced_round_bound(pr, estimator, inputs, areas, tokens, area,
+                                                   most_big, steps_left));
       if (most_big >= pr.size())
         break; // every sample is big: more deal the same
     }
