@@ -56,6 +56,21 @@ struct dealt_plan {
     for (const group& g : groups)
       builder.add_group(mb, g.first_rank, g.cp, g.samples);
   }
+  //! A round of the next short samples, `per_rank` on each of ranks 0..ranks-1 alone.
+  void spread(std::int32_t ranks, std::int32_t per_rank) {
+    std::vector<group> groups;
+    for (std::int32_t r = 0; r < ranks; ++r)
+      groups.push_back({r, 1, take(per_rank)});
+    round(groups);
+  }
+  //! The plan, checked valid under `o`, and its step time under `e`.
+  template <class Estimator>
+  double step_time(const dcpp::plan_options& o, const dcpp::problem& pr, const Estimator& e) && {
+    dcpp::plan p = std::move(builder).finish();
+    REQUIRE(dcpp::validate(p, o).ok());
+    dcpp::evaluate(p, pr, e);
+    return p.metrics.estimated_step_time;
+  }
 };
 
 // lengths 100, 900, 3000 on 4 ranks, M = 1000: sample 2 needs cp 4
@@ -158,12 +173,9 @@ TEST_CASE("plan: budget_lower_bound charges the rounds the longest samples force
   d.round({{0, 2, {0}}, {2, 2, {1}}});
   d.round({{0, 2, {2}}, {2, 1, d.take(10)}, {3, 1, d.take(10)}});
   for (int round = 0; round < 2; ++round)
-    d.round({{0, 1, d.take(10)}, {1, 1, d.take(10)}, {2, 1, d.take(10)}, {3, 1, d.take(10)}});
+    d.spread(4, 10);
   REQUIRE(d.next == 103);
-  dcpp::plan p = std::move(d.builder).finish();
-  REQUIRE(dcpp::validate(p, o).ok());
-  dcpp::evaluate(p, pr, e);
-  CHECK(p.metrics.estimated_step_time == doctest::Approx(42000.0));
+  CHECK(std::move(d).step_time(o, pr, e) == doctest::Approx(42000.0));
   // with groups of 4 allowed, a 200-token sample spreads over the world (10000 on each rank)
   // and nothing is forced: the bound is DESIGN.md's again
   const dcpp::plan_options o2 = o;
@@ -201,12 +213,9 @@ TEST_CASE("plan: budget_lower_bound charges the rounds the longest samples force
     de.round({{0, 2, {2 * pair}}, {2, 2, {2 * pair + 1}}});
   de.round({{0, 2, {10}}, {2, 1, de.take(10)}, {3, 1, de.take(10)}});
   for (int round = 0; round < 2; ++round)
-    de.round({{0, 1, de.take(10)}, {1, 1, de.take(10)}, {2, 1, de.take(10)}, {3, 1, de.take(10)}});
+    de.spread(4, 10);
   REQUIRE(de.next == 111);
-  dcpp::plan pp = std::move(de.builder).finish();
-  REQUIRE(dcpp::validate(pp, o2).ok());
-  dcpp::evaluate(pp, pe, e);
-  CHECK(pp.metrics.estimated_step_time == doctest::Approx(122000.0));
+  CHECK(std::move(de).step_time(o2, pe, e) == doctest::Approx(122000.0));
 }
 
 namespace {
@@ -426,13 +435,12 @@ TEST_CASE("plan: budget_lower_bound counts the idle ranks beside a heavy sample"
   dealt_plan d(pr, 1);
   d.round({{0, 2, {0}}, {2, 1, d.take(10)}});
   for (int round = 0; round < 6; ++round)
-    d.round({{0, 1, d.take(10)}, {1, 1, d.take(10)}, {2, 1, d.take(10)}});
+    d.spread(3, 10);
   d.round({{0, 1, d.take(4)}, {1, 1, d.take(3)}, {2, 1, d.take(3)}});
   REQUIRE(d.next == 201);
-  dcpp::plan p = std::move(d.builder).finish();
-  dcpp::evaluate(p, pr, e);
-  CHECK(p.metrics.estimated_step_time == doctest::Approx(26400.0));
-  CHECK(p.metrics.estimated_step_time >= dcpp::budget_lower_bound(pr, e));
+  const double step = std::move(d).step_time(o, pr, e);
+  CHECK(step == doctest::Approx(26400.0));
+  CHECK(step >= dcpp::budget_lower_bound(pr, e));
   // without a heavy sample (or when two long samples could share a group) it is lower_bound
   const std::vector<std::int64_t> light(50, 90);
   const auto pl = dcpp::make_problem(o, light);
