@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "dcpp/planner/indexed_heap.hpp"
 #include "dcpp/planner/packing.hpp"
-#include "dcpp/planner/packing/balanced/indexed_heap.hpp"
 
 namespace dcpp {
 

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "dcpp/planner/cost_rows.hpp"
+#include "dcpp/planner/indexed_heap.hpp"
 #include "dcpp/planner/packing.hpp"
 #include "dcpp/planner/packing/balanced/assignment.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
-#include "dcpp/planner/packing/balanced/indexed_heap.hpp"
 #include "dcpp/planner/packing/balanced/tuning.hpp"
 #include "dcpp/planner/sort.hpp"
 

@@ -12,10 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include "dcpp/planner/indexed_heap.hpp"
 #include "dcpp/planner/node_pool.hpp"
 #include "dcpp/planner/packing/balanced/assignment.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
-#include "dcpp/planner/packing/balanced/indexed_heap.hpp"
 #include "dcpp/planner/packing/balanced/tuning.hpp"
 
 namespace dcpp::detail {

@@ -1,6 +1,6 @@
-// The keyed index balanced's constructions and its local search walk: a binary min-heap of
-// (key, id) with the ids' positions, ordered like a std::set of pairs but without its node
-// allocations.
+// The keyed index the packing policies walk (balanced's constructions and local search,
+// static_cp's slots past its window): a binary min-heap of (key, id) with the ids' positions,
+// ordered like a std::set of pairs but without its node allocations.
 #pragma once
 
 #include <algorithm>
