@@ -55,6 +55,10 @@ public:
     double tokens;  // least rank-tokens
     std::size_t id;
   };
+  //! The item of sample `id`, of least area `area` over `tokens` least rank-tokens.
+  [[nodiscard]] static item item_of(double area, double tokens, std::size_t id) noexcept {
+    return {area / tokens, tokens, id};
+  }
   //! The knapsack's order: the densest first, then by id.
   [[nodiscard]] static bool before(const item& a, const item& b) noexcept {
     return a.density != b.density ? a.density > b.density : a.id < b.id;
@@ -97,6 +101,9 @@ private:
 //! past six are dealt by bounds, not exactly (two-tier `pareto/s2`: 8 gives 0.958 of its plan,
 //! 12 gives 0.975; `context_ext/64`: 10 gives 0.956, 12 gives 0.945).
 inline constexpr std::size_t forced_round_counts[] = {8, 10, 12};
+//! The most legal sizes the forced-round term examines: each big sample chooses among them, and
+//! the choices multiply (past it the term is 0 and its inputs are not worked out).
+inline constexpr std::size_t forced_round_most_sizes = 16;
 
 //! What `forced_round_bound` needs whatever its count of big samples, worked out once for all
 //! counts: the samples of longest least time (as many as the largest count), and over the other
@@ -112,7 +119,8 @@ struct forced_round_inputs {
 //! `forced_round_inputs` for up to `most_big` big samples. `least_area`, `least_time`,
 //! `least_tokens`: per sample over its legal sizes (rank-tokens: tokens per rank x size);
 //! `row_of`, `first_of`: each sample's length row and each row's first sample (the yields are
-//! worked out once per length).
+//! worked out once per length, from the row's first sample: `least_area` must be the same for
+//! every sample of a length, as the bound's per-length values are).
 template <workload_estimator Estimator>
 forced_round_inputs
 forced_round_setup(const problem& pr, const Estimator& estimator,
@@ -138,7 +146,7 @@ forced_round_setup(const problem& pr, const Estimator& estimator,
   for (std::size_t i = 0; i < n; ++i)
     if (!big[i]) {
       others_in_row[static_cast<std::size_t>(row_of[i])] += 1;
-      in.rest.push_back({least_area[i] / least_tokens[i], least_tokens[i], i});
+      in.rest.push_back(least_area_knapsack::item_of(least_area[i], least_tokens[i], i));
     }
   std::sort(in.rest.begin(), in.rest.end(), least_area_knapsack::before);
   // per length and size: the least area a sample brings per area it takes there
@@ -176,9 +184,8 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
                           const forced_round_inputs& inputs, const std::vector<double>& least_area,
                           const std::vector<double>& least_tokens, double total,
                           std::size_t most_big, std::int64_t& steps_left) {
-  constexpr std::size_t most_sizes = 16; // sizes per big sample: the choices multiply
   const std::size_t n = pr.size();
-  if (n == 0 || pr.cp_sizes.size() > most_sizes || most_big == 0 || most_big > 16)
+  if (n == 0 || pr.cp_sizes.size() > forced_round_most_sizes || most_big == 0 || most_big > 16)
     return 0;
   const double world = pr.options.world_size;
   const double budget = static_cast<double>(pr.options.max_tokens_per_rank);
@@ -225,7 +232,7 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
   std::vector<least_area_knapsack::item> small = inputs.rest;
   for (std::size_t k = m; k < order.size(); ++k) {
     const std::size_t i = order[k];
-    const least_area_knapsack::item x{least_area[i] / least_tokens[i], least_tokens[i], i};
+    const auto x = least_area_knapsack::item_of(least_area[i], least_tokens[i], i);
     small.insert(std::upper_bound(small.begin(), small.end(), x, least_area_knapsack::before), x);
   }
   const least_area_knapsack others(std::move(small), 0);
@@ -475,7 +482,7 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
       free_tokens += (n - pr.min_cp_of[i]) * budget;
     } else {
       light_area += least_area;
-      light.push_back({least_area / least_tokens, least_tokens, i});
+      light.push_back(least_area_knapsack::item_of(least_area, least_tokens, i));
     }
   }
   const double carried = // KS(free_tokens)
@@ -490,7 +497,7 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
   // `long_tail/1024` takes 0.11 s (0.15 s while each count worked out its own inputs)
   double forced = 0;
   std::int64_t steps_left = std::int64_t{1} << 19;
-  if (!pr.lengths.empty() && pr.cp_sizes.size() <= 16) {
+  if (!pr.lengths.empty() && pr.cp_sizes.size() <= forced_round_most_sizes) {
     const forced_round_inputs inputs =
         forced_round_setup(pr, estimator, areas, times, tokens, row_of, first_of,
                            std::ranges::max(forced_round_counts));

@@ -56,7 +56,7 @@ public:
     window_.erase(
         std::find_if(window_.begin(), window_.end(), [&](const member& m) { return m.id == id; }));
     member m{load, tokens, id};
-    if (const auto first = rest_.top(); first && before(*first, m)) {
+    if (const auto first = rest_.top(); first && *first < m.key()) {
       // it leaves the window, and the first slot after it enters
       rest_.erase(first->second);
       rest_.set(load, id);
@@ -64,11 +64,10 @@ public:
       in_window_[static_cast<std::size_t>(first->second)] = true;
       m = {first->first, tokens_[static_cast<std::size_t>(first->second)], first->second};
     }
-    window_.insert(std::upper_bound(window_.begin(), window_.end(), m,
-                                    [](const member& a, const member& b) {
-                                      return a.load < b.load || (a.load == b.load && a.id < b.id);
-                                    }),
-                   m);
+    window_.insert(
+        std::upper_bound(window_.begin(), window_.end(), m,
+                         [](const member& a, const member& b) { return a.key() < b.key(); }),
+        m);
   }
   //! The least-loaded window slot (by load, then index) with `room` tokens more; -1: none.
   [[nodiscard]] std::int32_t first_with_room(std::int64_t room) const {
@@ -83,10 +82,9 @@ private:
     double load = 0;
     std::int64_t tokens = 0;
     std::int32_t id = 0;
+    //! The window's order, as the heap's entries: by load, then slot.
+    [[nodiscard]] std::pair<double, std::int32_t> key() const noexcept { return {load, id}; }
   };
-  static bool before(const std::pair<double, std::int32_t>& a, const member& b) {
-    return a.first < b.load || (a.first == b.load && a.second < b.id);
-  }
   void rebuild() {
     rest_.clear();
     window_.clear();
