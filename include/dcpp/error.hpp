@@ -24,7 +24,8 @@ enum class status_code : std::uint8_t {
   invalid_plan,
   parse_error,
   communication_error,
-  io_error, //!< a file could not be read or written (the path and the system's reason)
+  io_error,     //!< a file could not be read or written (the path and the system's reason)
+  invalid_cost, //!< an estimator priced a sample outside its contract (NaN, infinite, negative)
 };
 
 constexpr std::string_view to_string(status_code code) noexcept {
@@ -41,6 +42,7 @@ constexpr std::string_view to_string(status_code code) noexcept {
   case status_code::parse_error: return "parse_error";
   case status_code::communication_error: return "communication_error";
   case status_code::io_error: return "io_error";
+  case status_code::invalid_cost: return "invalid_cost";
   }
   return "unknown";
 }

@@ -3,6 +3,8 @@
 
 #include "../helpers.hpp"
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,24 @@ struct overfull_packing {
       g.samples.push_back(s);
     p.microbatches.push_back({{g}, 0, 0});
     return p;
+  }
+};
+
+// A user's estimator that breaks its contract at one length: a NaN, an infinity or a negative
+// cost there (`bad_length`), or costs each finite whose sum over the batch overflows.
+struct broken_cost {
+  enum class fault { nan, infinite, negative, overflowing } how = fault::nan;
+  std::int64_t bad_length = 0;
+  double cost(std::int64_t length, std::int32_t cp) const {
+    const double fine = static_cast<double>(length) * static_cast<double>(length) / cp;
+    switch (how) {
+    case fault::nan: return length == bad_length ? std::nan("") : fine;
+    case fault::infinite:
+      return length == bad_length ? std::numeric_limits<double>::infinity() : fine;
+    case fault::negative: return length == bad_length ? -fine : fine;
+    case fault::overflowing: return 1e306;
+    }
+    return fine;
   }
 };
 
@@ -182,4 +202,78 @@ TEST_CASE("planner: plan_seconds times the call, and is the only field that vari
   CHECK(a.metrics.plan_seconds > 0);
   a.metrics.plan_seconds = b.metrics.plan_seconds = 0;
   CHECK(a == b);
+}
+
+namespace {
+// what `make_plan` throws under packing policy P for `estimator`: its code, sample and message
+struct thrown {
+  dcpp::status_code code = dcpp::status_code::ok;
+  std::int64_t sample = -1;
+  std::string message = "no error";
+};
+template <class P>
+thrown plan_error(const broken_cost& estimator, const std::vector<std::int64_t>& lengths) {
+  const dcpp::planner<broken_cost, P> p(opts(8, 4096), estimator);
+  try {
+    (void)p.make_plan(lengths);
+  } catch (const dcpp::error& e) {
+    return {e.code(), e.sample(), e.what()};
+  }
+  return {};
+}
+} // namespace
+
+TEST_CASE("planner: an estimator's NaN, infinite, negative or overflowing costs are refused by "
+          "name, under every packing policy") {
+  // a cost outside the contract reached balanced as a plan "of world_size 0" and static_cp as a
+  // step time of inf; the cost table's first pass now names the length, size, value and sample
+  using fault = broken_cost::fault;
+  dcpp::workload::rng r(0xc057);
+  std::vector<std::int64_t> lengths(301);
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const std::int64_t l = r.uniform_int(1, 3000);
+    lengths[i] = i == 217 || i == 250 ? 1777 : l == 1777 ? 1778 : l; // 217: the first of 1777
+  }
+  for (const fault how : {fault::nan, fault::infinite, fault::negative}) {
+    CAPTURE(static_cast<int>(how));
+    const broken_cost e{how, 1777};
+    const std::string value = how == fault::nan ? "nan" : how == fault::infinite ? "inf" : "-";
+    for (const thrown& t :
+         {plan_error<dcpp::balanced>(e, lengths), plan_error<dcpp::static_cp>(e, lengths),
+          plan_error<dcpp::megatron_greedy>(e, lengths)}) {
+      CAPTURE(t.message);
+      CHECK(t.code == dcpp::status_code::invalid_cost);
+      CHECK(t.sample == 217);
+      CHECK(t.message.starts_with("estimator: cost(1777, 1) = " + value));
+      CHECK(t.message.ends_with(" for sample 217; a cost must be finite and >= 0"));
+    }
+    // the same costs at a length the batch does not hold plan as before
+    const broken_cost elsewhere{how, 4001};
+    CHECK(plan_error<dcpp::balanced>(elsewhere, lengths).message == "no error");
+  }
+  // every cost finite: 1e306 at every size. Each sample's areas over sizes 1 to 8 sum to
+  // 1.5e307, finite; over 301 samples they pass a double
+  const broken_cost huge{fault::overflowing, 0};
+  const thrown t = plan_error<dcpp::balanced>(huge, lengths);
+  CHECK(t.code == dcpp::status_code::invalid_cost);
+  CHECK(t.sample == -1);
+  CHECK(t.message == "estimator: the costs overflow: the 301 samples' areas (cost x size) over "
+                     "their legal sizes sum to inf; loads and step times must stay finite");
+  CHECK(plan_error<dcpp::static_cp>(huge, lengths).message == t.message);
+  // a batch short enough for the sum to stay finite plans
+  CHECK(plan_error<dcpp::balanced>(huge, std::vector<std::int64_t>{100, 200, 300}).message ==
+        "no error");
+  // one sample's areas pass a double on their own, each cost finite: 1e308 at size 1,
+  // 1.6e308 at 2 (its area 3.2e308)
+  struct steep {
+    double cost(std::int64_t length, std::int32_t cp) const {
+      return length == 1777 ? (cp == 1 ? 1e308 : 1.6e308) : 1.0;
+    }
+  };
+  const dcpp::planner<steep, dcpp::balanced> p(opts(8, 4096));
+  CHECK_THROWS_WITH_AS((void)p.make_plan(lengths),
+                       "estimator: the costs overflow: the areas (cost x size) of sample 217 "
+                       "(length 1777) over its legal sizes sum to inf; loads and step times must "
+                       "stay finite",
+                       dcpp::error);
 }

@@ -10,7 +10,10 @@
 #include <span>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "dcpp/core/math.hpp"
+#include "dcpp/error.hpp"
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/options.hpp"
 
@@ -148,29 +151,78 @@ struct least_work {
 };
 
 namespace detail {
+//! Throws `invalid_cost` for the first cost of sample `s` (at the legal sizes at or above its
+//! smallest) outside the estimator contract (NaN, infinite, negative), which any plan would
+//! compare, sum or divide by; or, all of them within it, for their areas (cost x size) summing
+//! past a double. Called when the sums of `compute_least_work` show either (the loops stay free
+//! of checks).
+template <workload_estimator Estimator>
+[[noreturn]] void throw_bad_cost(const problem& pr, const Estimator& estimator, std::size_t s) {
+  const auto id = static_cast<std::int64_t>(s);
+  for (const std::int32_t cp : pr.cp_sizes) {
+    if (cp < pr.min_cp_of[s])
+      continue;
+    // the estimator's own value, which is the table's (reading it through `sample_cost` here
+    // kept GCC from inlining that into the loops that call this)
+    const auto cost = static_cast<double>(estimator.cost(pr.lengths[s], cp));
+    if (!(cost >= 0 && cost <= std::numeric_limits<double>::max()))
+      throw error(status_code::invalid_cost,
+                  fmt::format("estimator: cost({}, {}) = {} for sample {}; a cost must be finite "
+                              "and >= 0",
+                              pr.lengths[s], cp, cost, s),
+                  id);
+  }
+  throw error(status_code::invalid_cost,
+              fmt::format("estimator: the costs overflow: the areas (cost x size) of sample {} "
+                          "(length {}) over its legal sizes sum to inf; loads and step times "
+                          "must stay finite",
+                          s, pr.lengths[s]),
+              id);
+}
+
+//! The least work, and the check that every cost a plan can read is within the estimator
+//! contract: every length at every legal size at or above its smallest is priced here (the same
+//! entries the table holds), and the samples' areas (cost x size) summed over those sizes must be
+//! a finite number, which bounds every load and step time a plan can reach.
 template <workload_estimator Estimator>
 least_work compute_least_work(const problem& pr, const Estimator& estimator) {
   const bool grouped = !pr.cost_row.empty();
   const std::size_t rows = grouped ? pr.row_sample.size() : pr.size();
   std::vector<double> row_area(rows);
+  std::vector<double> row_all(rows); // the areas over every legal size
   double longest = 0;
   for (std::size_t r = 0; r < rows; ++r) {
     const auto first = grouped ? static_cast<std::size_t>(pr.row_sample[r]) : r;
     double best_area = std::numeric_limits<double>::infinity();
     double best_time = std::numeric_limits<double>::infinity();
+    double all_areas = 0; // NaN or inf once a cost is
     for (const std::int32_t cp : pr.cp_sizes) {
       if (cp < pr.min_cp_of[first])
         continue;
       const double t = sample_cost(pr, estimator, first, cp);
       best_area = std::min(best_area, t * cp);
       best_time = std::min(best_time, t);
+      all_areas += t * cp;
     }
+    if (!(best_time >= 0 && all_areas <= std::numeric_limits<double>::max())) [[unlikely]]
+      throw_bad_cost(pr, estimator, first);
     row_area[r] = best_area;
+    row_all[r] = all_areas;
     longest = std::max(longest, best_time);
   }
   double area = 0;
-  for (std::size_t s = 0; s < pr.size(); ++s)
-    area += row_area[grouped ? static_cast<std::size_t>(pr.cost_row[s]) : s];
+  double all = 0;
+  for (std::size_t s = 0; s < pr.size(); ++s) {
+    const std::size_t r = grouped ? static_cast<std::size_t>(pr.cost_row[s]) : s;
+    area += row_area[r];
+    all += row_all[r];
+  }
+  if (!(all <= std::numeric_limits<double>::max()))
+    throw error(status_code::invalid_cost,
+                fmt::format("estimator: the costs overflow: the {} samples' areas (cost x size) "
+                            "over their legal sizes sum to {}; loads and step times must stay "
+                            "finite",
+                            pr.size(), all));
   return {area / pr.options.world_size, longest};
 }
 } // namespace detail
