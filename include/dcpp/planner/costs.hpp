@@ -196,13 +196,21 @@ least_work compute_least_work(const problem& pr, const Estimator& estimator) {
     double best_area = std::numeric_limits<double>::infinity();
     double best_time = std::numeric_limits<double>::infinity();
     double all_areas = 0; // NaN or inf once a cost is
-    for (const std::int32_t cp : pr.cp_sizes) {
-      if (cp < pr.min_cp_of[first])
-        continue;
-      const double t = sample_cost(pr, estimator, first, cp);
+    const auto price = [&](double t, std::int32_t cp) {
       best_area = std::min(best_area, t * cp);
       best_time = std::min(best_time, t);
       all_areas += t * cp;
+    };
+    if (const double* row = pr.cost_row_of(first)) {
+      // the table's row from the smallest size's column on (the entries `sample_cost` reads)
+      const auto column = static_cast<std::size_t>(
+          pr.size_index_of_cp[static_cast<std::size_t>(pr.min_cp_of[first])]);
+      for (std::size_t l = column; l < pr.cp_sizes.size(); ++l)
+        price(row[l], pr.cp_sizes[l]);
+    } else {
+      for (const std::int32_t cp : pr.cp_sizes)
+        if (cp >= pr.min_cp_of[first])
+          price(static_cast<double>(estimator.cost(pr.lengths[first], cp)), cp);
     }
     if (!(best_time >= 0 && all_areas <= std::numeric_limits<double>::max())) [[unlikely]]
       throw_bad_cost(pr, estimator, first);
