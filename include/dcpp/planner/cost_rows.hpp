@@ -59,6 +59,13 @@ public:
     return static_cast<double>(estimator_.cost(pr_.lengths[first], cp));
   }
 
+  //! Row r's entries of the cost table, indexed by size index (valid from the size index of
+  //! the row's smallest size on), or nullptr without a table: loops over a row's sizes read
+  //! it directly where `row_cost` would look up each size's column.
+  [[nodiscard]] const double* row_table(std::size_t row) const noexcept {
+    return table_ ? pr_.costs.data() + row * pr_.cp_sizes.size() : nullptr;
+  }
+
   [[nodiscard]] double cost(std::int32_t s, std::int32_t cp) const {
     return sample_cost(pr_, estimator_, static_cast<std::size_t>(s), cp);
   }

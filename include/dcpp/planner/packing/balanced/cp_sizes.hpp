@@ -82,8 +82,9 @@ template <class Estimator>
     std::pair<std::int32_t, double> pick{pr.min_cp_of[static_cast<std::size_t>(first)],
                                          std::numeric_limits<double>::infinity()};
     double best = std::numeric_limits<double>::infinity();
+    const double* table = costs.row_table(r);
     for (const std::int32_t c : ladder(pr, first)) {
-      const double w = costs.row_cost(row, c);
+      const double w = table != nullptr ? table[costs.size_index(c)] : costs.row_cost(row, c);
       if (w * c < best * tuning.area_noise) {
         best = w * c;
         pick = {c, w};
@@ -123,6 +124,7 @@ least_total_area_sizes(const cost_rows<Estimator>& costs, std::int32_t smallest,
     std::int32_t cp;
     double area;
     std::int64_t rank_tokens; // every sample's tokens per rank at cp
+    std::size_t column;       // in the cost table
   };
   std::vector<candidate> sizes;
   double least = std::numeric_limits<double>::infinity();
@@ -131,15 +133,22 @@ least_total_area_sizes(const cost_rows<Estimator>& costs, std::int32_t smallest,
     // world compete (the area of 1,024 sizes per length would cost more than the plan)
     if (c < smallest || (!is_power_of_two(c) && world % c != 0))
       continue;
-    candidate k{c, 0.0, 0};
-    for (std::size_t r = 0; r < count.size(); ++r) {
-      const auto row = static_cast<std::int32_t>(r);
-      k.area += count[r] * costs.row_cost(row, c) * c;
-      k.rank_tokens += static_cast<std::int64_t>(count[r]) * costs.tokens(costs.first_sample(r), c);
-    }
-    sizes.push_back(k);
-    least = std::min(least, k.area);
+    sizes.push_back({c, 0.0, 0, costs.size_index(c)});
   }
+  // row by row, every candidate's sums (each in row order); a row's table entries read in place
+  for (std::size_t r = 0; r < count.size(); ++r) {
+    const auto row = static_cast<std::int32_t>(r);
+    const double* table = costs.row_table(r);
+    const std::int64_t length = pr.lengths[static_cast<std::size_t>(costs.first_sample(r))];
+    for (candidate& k : sizes) {
+      const double w = table != nullptr ? table[k.column] : costs.row_cost(row, k.cp);
+      k.area += count[r] * w * k.cp;
+      k.rank_tokens +=
+          static_cast<std::int64_t>(count[r]) * tokens_per_rank(pr.options, length, k.cp);
+    }
+  }
+  for (const candidate& k : sizes)
+    least = std::min(least, k.area);
   std::int32_t fits = 0;
   std::int32_t widest = 0;
   for (const candidate& k : sizes) {
