@@ -249,9 +249,14 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
   std::int64_t spare_tokens = rounds_allowed * world * budget - start.rank_tokens;
   std::vector<microbatch_state> rounds;
   const std::size_t sizes = costs.sizes();
-  // per CP size: (load, group of the round) and (tokens, group)
+  // per CP size: (load, group of the round) and (tokens, group); a group's tokens stay within
+  // the budget (below 2^37) and its index within the world (below 2^26), so a (tokens, group)
+  // entry packs into 64 bits
   std::vector<indexed_heap<double>> by_load(sizes);
-  std::vector<indexed_heap<std::int64_t>> by_tokens(sizes);
+  constexpr int token_bits = 38;
+  static_assert(max_tokens_per_rank_limit < std::int64_t{1} << (token_bits - 1) &&
+                max_world_size <= std::int64_t{1} << (64 - token_bits));
+  std::vector<indexed_heap<std::int64_t, token_bits>> by_tokens(sizes);
   // A quick, exact "no" for a sample that fits no group of the round (most visits of a full
   // round): per CP size the most token room of any group (-1: none; rooms only shrink in a
   // round), and per sample the largest size its search would look at (the area limit), worked
