@@ -130,8 +130,10 @@ private:
   static constexpr std::uint64_t offset = std::uint64_t{1} << (KeyBits - 1);
   static constexpr std::uint64_t id_mask =
       id_bits == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << id_bits) - 1;
-  // after the last entry, above every entry (ids are below 2^31): a node's second child always
-  // exists, so the sift picks the smaller child without a bounds test
+  // after the last entry, never below one (128 bits: above every entry, ids being below 2^31;
+  // 64 bits: at most equal to the largest key with the largest id, and the sift takes the right
+  // child only when it is smaller): a node's second child always exists, so the sift picks the
+  // smaller child without a bounds test
   static constexpr packed sentinel = ~packed{0};
   static std::uint64_t ordered_bits(Key key) noexcept {
     if constexpr (std::is_floating_point_v<Key>) {
