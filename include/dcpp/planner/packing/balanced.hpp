@@ -589,21 +589,58 @@ balanced_with<Bucketing>::bisected_plan(const problem& pr, const Estimator& esti
       .layouts = static_cast<std::size_t>(tuning.bisected_layouts),
       .work = static_cast<std::int64_t>(
           std::min(9e18, tuning.bisected_work * static_cast<double>(pr.size()) * o.world_size))};
+  // the other samples, and their least rank areas' sum: what the ranks a layout leaves free
+  // can hold (`detail::reserved_blocks`)
+  std::vector<std::int32_t> others;
+  double others_area = 0;
+  for (std::size_t i = 0; i < pr.size(); ++i)
+    if (!placed[i]) {
+      others.push_back(static_cast<std::int32_t>(i));
+      detail::length_least least;
+      for (const std::int32_t cp : pr.cp_sizes)
+        if (cp >= pr.min_cp_of[i])
+          least.take(sample_cost(pr, estimator, i, cp), cp);
+      others_area += least.area;
+    }
   std::optional<detail::assignment<Estimator>> fastest;
-  for (std::int64_t k = fewest;
-       k <= fewest + std::int64_t{tuning.bisected_extra_rounds} * o.microbatch_multiple &&
-       static_cast<std::size_t>(k) <= members.size() &&
-       static_cast<std::size_t>(k) + rest.size() <= allowed;
-       k += o.microbatch_multiple) {
-    std::optional<std::vector<plan_microbatch>> rounds =
-        detail::bisected_rounds(pr, static_cast<std::int32_t>(k), search, halving);
-    if (!rounds)
-      continue;
-    rounds->insert(rounds->end(), rest.begin(), rest.end());
+  const auto take = [&](const std::vector<plan_microbatch>& rounds) {
+    if (rounds.size() > allowed)
+      return;
     detail::assignment<Estimator> a =
-        detail::assignment<Estimator>::from_microbatches(costs, *rounds);
+        detail::assignment<Estimator>::from_microbatches(costs, rounds);
     if (!fastest || a.step_time() < fastest->step_time())
       fastest = std::move(a);
+  };
+  for (std::int64_t k = fewest;
+       k <= fewest + std::int64_t{tuning.bisected_extra_rounds} * o.microbatch_multiple &&
+       static_cast<std::size_t>(k) <= members.size() && static_cast<std::size_t>(k) <= allowed;
+       k += o.microbatch_multiple) {
+    const auto dealt = detail::deal_rounds(pr, static_cast<std::int32_t>(k), search, halving);
+    if (!dealt)
+      continue;
+    // the rounds on the whole world, the others' rounds after them
+    const std::vector<std::int32_t> whole(dealt->size(), o.world_size);
+    std::vector<plan_microbatch> rounds = detail::lay_out<Estimator>(*dealt, whole, halving);
+    rounds.insert(rounds.end(), rest.begin(), rest.end());
+    take(rounds);
+    // the rounds on blocks that leave ranks free, the others first into those, the rest of
+    // them packed apart
+    if (!tuning.bisected_reserve || others.empty())
+      continue;
+    const std::vector<std::int32_t> blocks =
+        detail::reserved_blocks<Estimator>(*dealt, others_area, o.world_size, halving);
+    std::vector<plan_microbatch> reserved = detail::lay_out<Estimator>(*dealt, blocks, halving);
+    const std::vector<std::int32_t> left = detail::fill_free_ranks(pr, estimator, reserved, others);
+    if (left.size() == others.size())
+      continue; // the free ranks took none of them: the rounds above, or slower
+    if (!left.empty()) {
+      std::vector<bool> out_of_left(pr.size(), true);
+      for (const std::int32_t s : left)
+        out_of_left[static_cast<std::size_t>(s)] = false;
+      const std::vector<plan_microbatch> more = pack_apart(pr, estimator, out_of_left);
+      reserved.insert(reserved.end(), more.begin(), more.end());
+    }
+    take(reserved);
   }
   return fastest;
 }

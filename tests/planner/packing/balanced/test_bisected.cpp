@@ -289,3 +289,249 @@ TEST_CASE("bisected_rounds: tokens that do not fit the rounds give no rounds") {
   // more rounds than members
   CHECK(!d::bisected_rounds(b.pr, 4, {}, h));
 }
+
+namespace {
+// The blocks `reserved_blocks` may choose for a world: eighths of it that are whole ranks, and
+// the world itself.
+std::vector<std::int32_t> block_choices(std::int32_t world) {
+  std::vector<std::int32_t> out;
+  for (std::int32_t j = 1; j <= 8; ++j)
+    if (world * j % 8 == 0)
+      out.push_back(world * j / 8);
+  return out;
+}
+
+// What the blocks lower, worked out here: the rounds' times on their blocks, plus the other
+// samples' area beyond what the free ranks hold for their rounds' times, over the world.
+double reserve_objective(const halving& h, const std::vector<halving::set>& dealt,
+                         const std::vector<std::int32_t>& blocks, double others,
+                         std::int32_t world) {
+  double sum = 0, free = 0;
+  for (std::size_t m = 0; m < dealt.size(); ++m) {
+    const double t = h.best(dealt[m], 0, blocks[m]).time;
+    sum += t;
+    free += static_cast<double>(world - blocks[m]) * t;
+  }
+  return sum + std::max(0.0, others - free) / world;
+}
+
+// The batch ids of a set of the halving's members.
+std::vector<std::int32_t> ids_of(const halving& h, halving::set s) {
+  std::vector<std::int32_t> out;
+  for (std::size_t i = 0; i < h.members().size(); ++i)
+    if ((s >> i) & 1u)
+      out.push_back(h.members()[i]);
+  return out;
+}
+} // namespace
+
+TEST_CASE("reserved_blocks: the world without other samples, else no one block's change lowers "
+          "the times plus the others' area beyond the free ranks (one round: the least)") {
+  int checked = 0, reserved = 0;
+  for (std::uint64_t seed = 1; seed <= (quick() ? 40U : 150U); ++seed) {
+    CAPTURE(seed);
+    dcpp::workload::rng r(seed);
+    const dcpp::plan_options o = small_options(r);
+    const std::int32_t world = o.world_size;
+    const std::size_t n = 1 + below(r, 8);
+    const batch b(o, long_lengths(r, o, n), tabulation_for(seed));
+    std::vector<std::int32_t> members(n);
+    for (std::size_t i = 0; i < n; ++i)
+      members[i] = static_cast<std::int32_t>(i);
+    const auto rounds = static_cast<std::int32_t>(1 + below(r, std::min<std::uint64_t>(3, n)));
+    const halving h(b.pr, b.e, members, 10, 4);
+    const auto dealt = d::deal_rounds(b.pr, rounds, {}, h);
+    if (!dealt)
+      continue;
+    ++checked;
+    const std::vector<std::int32_t> whole(dealt->size(), world);
+    double times = 0;
+    for (const halving::set s : *dealt)
+      times += h.best(s, 0, world).time;
+    // none, or up to twice what the free ranks could hold were every round's ranks free
+    const double others =
+        below(r, 5) == 0 ? 0.0 : times * world * 2 * static_cast<double>(below(r, 1001)) / 1000.0;
+    CAPTURE(others);
+    const std::vector<std::int32_t> blocks =
+        d::reserved_blocks<estimator>(*dealt, others, world, h);
+    REQUIRE(blocks.size() == dealt->size());
+    if (others == 0) {
+      CHECK(blocks == whole);
+      continue;
+    }
+    const std::vector<std::int32_t> choices = block_choices(world);
+    for (const std::int32_t blk : blocks) {
+      CHECK(std::find(choices.begin(), choices.end(), blk) != choices.end());
+      reserved += blk < world ? 1 : 0;
+    }
+    const double got = reserve_objective(h, *dealt, blocks, others, world);
+    CHECK(got < std::numeric_limits<double>::infinity());
+    CHECK(got <= reserve_objective(h, *dealt, whole, others, world) * (1 + 1e-12));
+    for (std::size_t m = 0; m < blocks.size(); ++m)
+      for (const std::int32_t c : choices) {
+        std::vector<std::int32_t> other = blocks;
+        other[m] = c;
+        const double v = reserve_objective(h, *dealt, other, others, world);
+        CHECK(v >= got * (1 - 1e-9));
+      }
+    // each round's layout on its block: legal groups inside it, every member once
+    const std::vector<dcpp::plan_microbatch> laid = d::lay_out<estimator>(*dealt, blocks, h);
+    REQUIRE(laid.size() == dealt->size());
+    for (std::size_t m = 0; m < laid.size(); ++m) {
+      halving::split s;
+      s.groups = laid[m].groups;
+      s.time = slowest_group(b, laid[m]);
+      check_split(b, s, ids_of(h, (*dealt)[m]), 0, blocks[m]);
+    }
+  }
+  CHECK(checked >= 30);
+  CHECK(reserved >= 5);
+  MESSAGE(checked, " deals; ", reserved, " rounds left ranks free");
+}
+
+namespace {
+// fill_free_ranks' rule written out here: the samples by cost on one rank (most first, then by
+// id), each to the free rank of most time left before its round's slowest group (the first in
+// round and rank order among equals) where its cost fits that time and its tokens the budget.
+struct filled {
+  std::vector<std::vector<std::pair<std::int32_t, std::vector<std::int32_t>>>> added; // per round
+  std::vector<std::int32_t> left;
+};
+filled fill_by_hand(const batch& b, const std::vector<dcpp::plan_microbatch>& rounds,
+                    const std::vector<std::int32_t>& others) {
+  const dcpp::problem& pr = b.pr;
+  struct slot {
+    std::size_t round;
+    std::int32_t rank;
+    double room;
+    std::int64_t tokens;
+    std::vector<std::int32_t> samples;
+  };
+  std::vector<slot> slots;
+  for (std::size_t m = 0; m < rounds.size(); ++m) {
+    std::vector<bool> held(static_cast<std::size_t>(pr.options.world_size), false);
+    for (const dcpp::plan_group& g : rounds[m].groups)
+      for (std::int32_t k = 0; k < g.cp; ++k)
+        held[static_cast<std::size_t>(g.first_rank + k)] = true;
+    for (std::int32_t rank = 0; rank < pr.options.world_size; ++rank)
+      if (!held[static_cast<std::size_t>(rank)])
+        slots.push_back({m, rank, slowest_group(b, rounds[m]), 0, {}});
+  }
+  std::vector<std::int32_t> order = others;
+  const auto one_rank = [&](std::int32_t s) {
+    return dcpp::sample_cost(pr, b.e, static_cast<std::size_t>(s), 1);
+  };
+  std::sort(order.begin(), order.end(), [&](std::int32_t x, std::int32_t y) {
+    return one_rank(x) > one_rank(y) || (one_rank(x) == one_rank(y) && x < y);
+  });
+  filled out;
+  for (const std::int32_t s : order) {
+    const double cost = one_rank(s);
+    const std::int64_t tokens = pr.rank_tokens(static_cast<std::size_t>(s), 1);
+    slot* to = nullptr;
+    for (slot& sl : slots)
+      if (cost <= sl.room && sl.tokens + tokens <= pr.options.max_tokens_per_rank &&
+          (to == nullptr || sl.room > to->room))
+        to = &sl;
+    if (to == nullptr) {
+      out.left.push_back(s);
+      continue;
+    }
+    to->room -= cost;
+    to->tokens += tokens;
+    to->samples.push_back(s);
+  }
+  std::sort(out.left.begin(), out.left.end());
+  out.added.resize(rounds.size());
+  for (const slot& sl : slots)
+    if (!sl.samples.empty())
+      out.added[sl.round].emplace_back(sl.rank, sl.samples);
+  return out;
+}
+} // namespace
+
+TEST_CASE("fill_free_ranks: the short samples to free ranks as the rule says, no round slower, "
+          "each sample once") {
+  int filled_some = 0, left_some = 0, checked = 0;
+  for (std::uint64_t seed = 1; seed <= (quick() ? 40U : 150U); ++seed) {
+    CAPTURE(seed);
+    dcpp::workload::rng r(seed);
+    const dcpp::plan_options o = small_options(r);
+    const std::int32_t world = o.world_size;
+    // a few samples that need CP and many that fit one rank (some of them the budget's
+    // worth), some lengths repeated
+    const std::size_t n_long = 1 + below(r, 6), n_short = below(r, 40);
+    std::vector<std::int64_t> lengths = long_lengths(r, o, n_long);
+    for (std::int64_t& l : lengths)
+      l = std::max<std::int64_t>(l, 2 * o.max_tokens_per_rank);
+    for (std::size_t i = 0; i < n_short; ++i)
+      lengths.push_back(below(r, 8) == 0 && i > 0
+                            ? lengths.back()
+                            : 1 + static_cast<std::int64_t>(
+                                      below(r, static_cast<std::uint64_t>(o.max_tokens_per_rank))));
+    const batch b(o, lengths, tabulation_for(seed));
+    std::vector<std::int32_t> members, others;
+    for (std::size_t i = 0; i < lengths.size(); ++i)
+      (b.pr.min_cp_of[i] >= 2 ? members : others).push_back(static_cast<std::int32_t>(i));
+    if (members.empty())
+      continue;
+    const auto rounds =
+        static_cast<std::int32_t>(1 + below(r, std::min<std::uint64_t>(3, members.size())));
+    const halving h(b.pr, b.e, members, 10, 4);
+    const auto dealt = d::deal_rounds(b.pr, rounds, {}, h);
+    if (!dealt)
+      continue;
+    // each round on a random block that holds it (the world where none smaller does)
+    const std::vector<std::int32_t> choices = block_choices(world);
+    std::vector<std::int32_t> blocks;
+    for (const halving::set s : *dealt) {
+      std::int32_t blk = choices[below(r, choices.size())];
+      if (!(h.best(s, 0, blk).time < std::numeric_limits<double>::infinity()))
+        blk = world;
+      blocks.push_back(blk);
+    }
+    const std::vector<dcpp::plan_microbatch> laid = d::lay_out<estimator>(*dealt, blocks, h);
+    std::vector<dcpp::plan_microbatch> rounds_now = laid;
+    const std::vector<std::int32_t> left = d::fill_free_ranks(b.pr, b.e, rounds_now, others);
+    ++checked;
+    const filled want = fill_by_hand(b, laid, others);
+    CHECK(left == want.left);
+    REQUIRE(rounds_now.size() == laid.size());
+    std::multiset<std::int32_t> seen(left.begin(), left.end());
+    for (std::size_t m = 0; m < laid.size(); ++m) {
+      CAPTURE(m);
+      // the layout's groups first, as they were; then one group of one rank per filled rank
+      REQUIRE(rounds_now[m].groups.size() >= laid[m].groups.size());
+      CHECK(std::equal(laid[m].groups.begin(), laid[m].groups.end(), rounds_now[m].groups.begin()));
+      std::vector<std::pair<std::int32_t, std::vector<std::int32_t>>> added;
+      for (std::size_t g = laid[m].groups.size(); g < rounds_now[m].groups.size(); ++g) {
+        const dcpp::plan_group& grp = rounds_now[m].groups[g];
+        CHECK(grp.cp == 1);
+        added.emplace_back(grp.first_rank, grp.samples);
+        seen.insert(grp.samples.begin(), grp.samples.end());
+      }
+      CHECK(added == want.added[m]);
+      // no round slower; legal, disjoint groups within the budget
+      CHECK(slowest_group(b, rounds_now[m]) <= slowest_group(b, laid[m]) * (1 + 1e-12));
+      std::vector<int> owner(static_cast<std::size_t>(world), 0);
+      for (const dcpp::plan_group& g : rounds_now[m].groups) {
+        CHECK(dcpp::is_legal_group(o, g.first_rank, g.cp));
+        std::int64_t tokens = 0;
+        for (const std::int32_t s : g.samples)
+          tokens += b.pr.rank_tokens(static_cast<std::size_t>(s), g.cp);
+        CHECK(tokens <= o.max_tokens_per_rank);
+        for (std::int32_t k = g.first_rank; k < g.first_rank + g.cp; ++k)
+          CHECK(++owner[static_cast<std::size_t>(k)] == 1);
+      }
+    }
+    CHECK(std::is_sorted(left.begin(), left.end()));
+    CHECK(seen == std::multiset<std::int32_t>(others.begin(), others.end()));
+    filled_some += left.size() < others.size() ? 1 : 0;
+    left_some += !left.empty() ? 1 : 0;
+  }
+  CHECK(checked >= 30);
+  CHECK(filled_some >= 10);
+  CHECK(left_some >= 5);
+  MESSAGE(checked, " batches; free ranks took samples in ", filled_some, ", some left in ",
+          left_some);
+}

@@ -431,14 +431,14 @@ void improve_rounds(std::vector<typename bisector<Estimator>::set>& dealt,
   }
 }
 
-//! The bisected construction's `rounds` rounds of the halving's members (samples that need CP),
-//! or nullopt when they do not fit: three deals (`deal_members`, costliest first by least rank
-//! area, each round's tokens within `search.fill` of the world's), each improved
-//! (`improve_rounds`), each round's groups from `bisector::best`; the fastest deal is kept.
+//! The bisected construction's deal of the halving's members to `rounds` rounds, or nullopt when
+//! they do not fit: three deals (`deal_members`, costliest first by least rank area, each
+//! round's tokens within `search.fill` of the world's), each improved (`improve_rounds`); the
+//! deal whose rounds' times on the whole world sum least is kept.
 template <workload_estimator Estimator>
-std::optional<std::vector<plan_microbatch>> bisected_rounds(const problem& pr, std::int32_t rounds,
-                                                            const bisected_search& search,
-                                                            const bisector<Estimator>& halving) {
+std::optional<std::vector<typename bisector<Estimator>::set>>
+deal_rounds(const problem& pr, std::int32_t rounds, const bisected_search& search,
+            const bisector<Estimator>& halving) {
   using set = typename bisector<Estimator>::set;
   const std::span<const std::int32_t> members = halving.members();
   const auto k = static_cast<std::size_t>(rounds);
@@ -472,12 +472,181 @@ std::optional<std::vector<plan_microbatch>> bisected_rounds(const problem& pr, s
       kept = std::move(dealt);
     }
   }
-  if (!kept)
-    return std::nullopt;
-  std::vector<plan_microbatch> out(k);
-  for (std::size_t m = 0; m < k; ++m)
-    out[m].groups = halving.best((*kept)[m], 0, world).groups;
+  return kept;
+}
+
+//! Each round's members laid out on the ranks [0, blocks[m]) (`bisector::best`), as plan rounds.
+template <workload_estimator Estimator>
+std::vector<plan_microbatch> lay_out(std::span<const typename bisector<Estimator>::set> dealt,
+                                     std::span<const std::int32_t> blocks,
+                                     const bisector<Estimator>& halving) {
+  DCPP_EXPECTS(dealt.size() == blocks.size());
+  std::vector<plan_microbatch> out(dealt.size());
+  for (std::size_t m = 0; m < dealt.size(); ++m)
+    out[m].groups = halving.best(dealt[m], 0, blocks[m]).groups;
   return out;
+}
+
+//! The bisected construction's `rounds` rounds of the halving's members (samples that need CP),
+//! or nullopt when they do not fit: `deal_rounds`' rounds, each on the whole world.
+template <workload_estimator Estimator>
+std::optional<std::vector<plan_microbatch>> bisected_rounds(const problem& pr, std::int32_t rounds,
+                                                            const bisected_search& search,
+                                                            const bisector<Estimator>& halving) {
+  const auto dealt = deal_rounds(pr, rounds, search, halving);
+  if (!dealt)
+    return std::nullopt;
+  const std::vector<std::int32_t> world(dealt->size(), pr.options.world_size);
+  return lay_out<Estimator>(*dealt, world, halving);
+}
+
+//! How many ranks of the world each dealt round's members take, from rank 0 on, where the rest
+//! is left free for the batch's other samples, whose least rank areas sum to `others_area`: a
+//! free rank holds them for its round's time, and what the free ranks cannot hold takes rounds
+//! of its own, at best its area over the world. So the blocks are chosen to lower
+//!   sum of the rounds' times + max(0, others_area - free ranks x their rounds' times) / world,
+//! one round's block at a time (of eighths of the world, where those are whole ranks; the
+//! whole world first), while a change lowers it. A round whose members need all the world keeps
+//! it; without other samples every block is the world. (A block's layout halves it as
+//! `bisector::best` does: 48 of 64 ranks as 32 + 16.)
+template <workload_estimator Estimator>
+std::vector<std::int32_t> reserved_blocks(std::span<const typename bisector<Estimator>::set> dealt,
+                                          double others_area, std::int32_t world,
+                                          const bisector<Estimator>& halving) {
+  const std::size_t k = dealt.size();
+  std::vector<std::int32_t> blocks(k, world);
+  if (!(others_area > 0))
+    return blocks;
+  std::vector<std::int32_t> choices;
+  for (std::int32_t j = 1; j < 8; ++j)
+    if (std::int64_t{world} * j % 8 == 0)
+      choices.push_back(static_cast<std::int32_t>(std::int64_t{world} * j / 8));
+  std::vector<double> time(k);
+  for (std::size_t m = 0; m < k; ++m)
+    time[m] = halving.best(dealt[m], 0, world).time;
+  const auto total = [&](const std::vector<double>& t) {
+    double sum = 0, free = 0;
+    for (std::size_t m = 0; m < k; ++m) {
+      sum += t[m];
+      free += static_cast<double>(world - blocks[m]) * t[m];
+    }
+    return sum + std::max(0.0, others_area - free) / world;
+  };
+  double now = total(time);
+  // each pass takes every change that lowers it; a pass without one ends the search (at most
+  // one pass per round and choice: each change lowers a finite sum)
+  for (std::size_t pass = 0; pass < k * (choices.size() + 1); ++pass) {
+    bool changed = false;
+    for (std::size_t m = 0; m < k; ++m)
+      for (const std::int32_t b : choices) {
+        if (b == blocks[m])
+          continue;
+        const double t = halving.best(dealt[m], 0, b).time;
+        if (!(t < std::numeric_limits<double>::infinity()))
+          continue;
+        const std::int32_t was_block = blocks[m];
+        const double was_time = time[m];
+        blocks[m] = b;
+        time[m] = t;
+        if (const double v = total(time); v < now * (1 - 1e-12)) {
+          now = v;
+          changed = true;
+        } else {
+          blocks[m] = was_block;
+          time[m] = was_time;
+        }
+      }
+    if (!changed)
+      break;
+  }
+  return blocks;
+}
+
+//! Deals the samples `others` (each of smallest legal size 1), costliest at one rank first (then
+//! by id), each as a group of one rank to the free rank of `rounds` (a rank none of its round's
+//! groups holds) with the most time left before its round's slowest group, where its cost fits
+//! that time and its tokens the rank's budget. Returns the samples that fit no free rank, in
+//! batch order.
+template <workload_estimator Estimator>
+std::vector<std::int32_t> fill_free_ranks(const problem& pr, const Estimator& estimator,
+                                          std::vector<plan_microbatch>& rounds,
+                                          std::span<const std::int32_t> others) {
+  const plan_options& o = pr.options;
+  struct slot {
+    std::size_t round = 0;
+    std::int32_t rank = 0;
+    double room = 0; // its round's time less its load
+    std::int64_t tokens = 0;
+    std::vector<std::int32_t> samples;
+  };
+  std::vector<slot> slots;
+  for (std::size_t m = 0; m < rounds.size(); ++m) {
+    std::vector<char> held(static_cast<std::size_t>(o.world_size), 0);
+    double time = 0;
+    for (const plan_group& g : rounds[m].groups) {
+      std::fill_n(held.begin() + g.first_rank, g.cp, char{1});
+      double load = 0;
+      for (const std::int32_t s : g.samples)
+        load += sample_cost(pr, estimator, static_cast<std::size_t>(s), g.cp);
+      time = std::max(time, load);
+    }
+    for (std::int32_t r = 0; r < o.world_size; ++r)
+      if (held[static_cast<std::size_t>(r)] == 0 && is_legal_group(o, r, 1))
+        slots.push_back({m, r, time, 0, {}});
+  }
+  std::vector<std::pair<double, std::int32_t>> order; // (cost on one rank, sample)
+  order.reserve(others.size());
+  for (const std::int32_t s : others) {
+    DCPP_EXPECTS(pr.min_cp_of[static_cast<std::size_t>(s)] == 1);
+    order.emplace_back(sample_cost(pr, estimator, static_cast<std::size_t>(s), 1), s);
+  }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  // the slots by most room (then first in round and rank order): a heap of their indices
+  const auto less_room = [&](std::size_t a, std::size_t b) {
+    return slots[a].room < slots[b].room || (slots[a].room == slots[b].room && a > b);
+  };
+  std::vector<std::size_t> heap(slots.size());
+  for (std::size_t i = 0; i < heap.size(); ++i)
+    heap[i] = i;
+  std::make_heap(heap.begin(), heap.end(), less_room);
+  std::vector<std::int32_t> left;
+  for (const auto& [cost, s] : order) {
+    const std::int64_t tokens = pr.rank_tokens(static_cast<std::size_t>(s), 1);
+    // the roomiest slot whose tokens take it (popped until one does; the others put back)
+    std::vector<std::size_t> passed;
+    std::size_t to = slots.size();
+    while (!heap.empty()) {
+      const std::size_t top = heap.front();
+      if (!(cost <= slots[top].room))
+        break; // no slot has the time
+      std::pop_heap(heap.begin(), heap.end(), less_room);
+      heap.pop_back();
+      if (slots[top].tokens + tokens <= o.max_tokens_per_rank) {
+        to = top;
+        break;
+      }
+      passed.push_back(top);
+    }
+    if (to < slots.size()) {
+      slots[to].room -= cost;
+      slots[to].tokens += tokens;
+      slots[to].samples.push_back(s);
+      passed.push_back(to);
+    } else {
+      left.push_back(s);
+    }
+    for (const std::size_t i : passed) {
+      heap.push_back(i);
+      std::push_heap(heap.begin(), heap.end(), less_room);
+    }
+  }
+  for (slot& sl : slots)
+    if (!sl.samples.empty())
+      rounds[sl.round].groups.push_back({sl.rank, 1, std::move(sl.samples), 0, 0.0});
+  std::sort(left.begin(), left.end());
+  return left;
 }
 
 } // namespace dcpp::detail

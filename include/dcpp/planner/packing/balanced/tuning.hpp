@@ -73,6 +73,12 @@ struct balanced_tuning {
   //! under length^2/cp, the batch that needs most (50 per sample and rank in all), keeps its
   //! plan from 16 up.
   double bisected_work = 32;
+  //! Each round count's rounds also with ranks left free for the other samples (each round's
+  //! members on a block of eighths of the world, `detail::reserved_blocks`), those samples dealt
+  //! first to the free ranks, the rest packed apart; the faster of the two plans competes.
+  //! context_ext/64 two-tier: the 71K- and 68K-token samples on 16 ranks each in a round whose
+  //! other 48 hold short ones, 0.956 -> 0.984 of the budget-aware bound.
+  bool bisected_reserve = true;
 
   // ---- the levelled construction ---------------------------------------------------------------
   //! A sample may join a group of a larger CP size when that costs at most this factor of its
