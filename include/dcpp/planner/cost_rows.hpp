@@ -53,17 +53,23 @@ public:
     return grouped_ ? pr_.row_sample[row] : static_cast<std::int32_t>(row);
   }
   [[nodiscard]] double row_cost(std::int32_t row, std::int32_t cp) const {
-    if (table_)
-      return pr_.costs[static_cast<std::size_t>(row) * pr_.cp_sizes.size() + size_index(cp)];
+    if (const double* table = row_table(static_cast<std::size_t>(row)))
+      return table[size_index(cp)];
     const auto first = static_cast<std::size_t>(first_sample(static_cast<std::size_t>(row)));
     return static_cast<double>(estimator_.cost(pr_.lengths[first], cp));
+  }
+  //! The same where the caller holds the row's table entries (`row_table`, nullptr without a
+  //! table) and the size's index: loops over rows or sizes look each up once.
+  [[nodiscard]] double row_cost(std::int32_t row, const double* table, std::size_t column,
+                                std::int32_t cp) const {
+    return table != nullptr ? table[column] : row_cost(row, cp);
   }
 
   //! Row r's entries of the cost table, indexed by size index (valid from the size index of
   //! the row's smallest size on), or nullptr without a table: loops over a row's sizes read
   //! it directly where `row_cost` would look up each size's column.
   [[nodiscard]] const double* row_table(std::size_t row) const noexcept {
-    return table_ ? pr_.costs.data() + row * pr_.cp_sizes.size() : nullptr;
+    return table_ ? pr_.cost_row_at(row) : nullptr;
   }
 
   [[nodiscard]] double cost(std::int32_t s, std::int32_t cp) const {

@@ -128,8 +128,9 @@ private:
   static constexpr std::uint64_t sign = std::uint64_t{1} << 63;
   // a narrow key's offset: keys from -2^(KeyBits-1) map to 0 on
   static constexpr std::uint64_t offset = std::uint64_t{1} << (KeyBits - 1);
-  static constexpr std::uint64_t id_mask =
-      id_bits == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << id_bits) - 1;
+  // narrow entries keep at least one key bit, wide ones 32 id bits
+  static_assert(id_bits < 64);
+  static constexpr std::uint64_t id_mask = (std::uint64_t{1} << id_bits) - 1;
   // after the last entry, never below one (128 bits: above every entry, ids being below 2^31;
   // 64 bits: at most equal to the largest key with the largest id, and the sift takes the right
   // child only when it is smaller): a node's second child always exists, so the sift picks the

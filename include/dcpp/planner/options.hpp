@@ -194,11 +194,13 @@ struct problem {
   double least_longest = std::numeric_limits<double>::quiet_NaN();
 
   [[nodiscard]] std::size_t size() const noexcept { return lengths.size(); }
-  //! The row of `costs` for `sample`'s length (indexed by size index), or nullptr without a table.
+  //! Row `row` of `costs` (indexed by size index), or nullptr without a table.
+  [[nodiscard]] const double* cost_row_at(std::size_t row) const noexcept {
+    return costs.empty() ? nullptr : costs.data() + row * cp_sizes.size();
+  }
+  //! The row of `costs` for `sample`'s length, or nullptr without a table.
   [[nodiscard]] const double* cost_row_of(std::size_t sample) const noexcept {
-    return costs.empty()
-               ? nullptr
-               : costs.data() + static_cast<std::size_t>(cost_row[sample]) * cp_sizes.size();
+    return costs.empty() ? nullptr : cost_row_at(static_cast<std::size_t>(cost_row[sample]));
   }
   [[nodiscard]] std::int64_t rank_tokens(std::size_t sample, std::int32_t cp) const {
     return tokens_per_rank(options, lengths[sample], cp);

@@ -84,7 +84,7 @@ template <class Estimator>
     double best = std::numeric_limits<double>::infinity();
     const double* table = costs.row_table(r);
     for (const std::int32_t c : ladder(pr, first)) {
-      const double w = table != nullptr ? table[costs.size_index(c)] : costs.row_cost(row, c);
+      const double w = costs.row_cost(row, table, costs.size_index(c), c);
       if (w * c < best * tuning.area_noise) {
         best = w * c;
         pick = {c, w};
@@ -141,7 +141,7 @@ least_total_area_sizes(const cost_rows<Estimator>& costs, std::int32_t smallest,
     const double* table = costs.row_table(r);
     const std::int64_t length = pr.lengths[static_cast<std::size_t>(costs.first_sample(r))];
     for (candidate& k : sizes) {
-      const double w = table != nullptr ? table[k.column] : costs.row_cost(row, k.cp);
+      const double w = costs.row_cost(row, table, k.column, k.cp);
       k.area += count[r] * w * k.cp;
       k.rank_tokens +=
           static_cast<std::int64_t>(count[r]) * tokens_per_rank(pr.options, length, k.cp);
