@@ -500,6 +500,19 @@ std::optional<std::vector<plan_microbatch>> bisected_rounds(const problem& pr, s
   return lay_out<Estimator>(*dealt, world, halving);
 }
 
+//! What `reserved_blocks` lowers: the rounds' times (`time`, each round's members on the ranks
+//! [0, blocks[m])) plus the other samples' least area (`others_area`) beyond what the free ranks
+//! hold for their rounds' times, over the world.
+inline double reserve_objective(std::span<const double> time, std::span<const std::int32_t> blocks,
+                                double others_area, std::int32_t world) {
+  double sum = 0, free = 0;
+  for (std::size_t m = 0; m < time.size(); ++m) {
+    sum += time[m];
+    free += static_cast<double>(world - blocks[m]) * time[m];
+  }
+  return sum + std::max(0.0, others_area - free) / world;
+}
+
 //! How many ranks of the world each dealt round's members take, from rank 0 on, where the rest
 //! is left free for the batch's other samples, whose least rank areas sum to `others_area`: a
 //! free rank holds them for its round's time, and what the free ranks cannot hold takes rounds
@@ -525,12 +538,7 @@ std::vector<std::int32_t> reserved_blocks(std::span<const typename bisector<Esti
   for (std::size_t m = 0; m < k; ++m)
     time[m] = halving.best(dealt[m], 0, world).time;
   const auto total = [&](const std::vector<double>& t) {
-    double sum = 0, free = 0;
-    for (std::size_t m = 0; m < k; ++m) {
-      sum += t[m];
-      free += static_cast<double>(world - blocks[m]) * t[m];
-    }
-    return sum + std::max(0.0, others_area - free) / world;
+    return reserve_objective(t, blocks, others_area, world);
   };
   double now = total(time);
   // each pass takes every change that lowers it; a pass without one ends the search (at most

@@ -73,11 +73,13 @@ struct balanced_tuning {
   //! under length^2/cp, the batch that needs most (50 per sample and rank in all), keeps its
   //! plan from 16 up.
   double bisected_work = 32;
-  //! Each round count's rounds also with ranks left free for the other samples (each round's
-  //! members on a block of eighths of the world, `detail::reserved_blocks`), those samples dealt
-  //! first to the free ranks, the rest packed apart; the faster of the two plans competes.
-  //! context_ext/64 two-tier: the 71K- and 68K-token samples on 16 ranks each in a round whose
-  //! other 48 hold short ones, 0.956 -> 0.984 of the budget-aware bound.
+  //! The rounds also with ranks left free for the other samples (each round's members on a block
+  //! of eighths of the world, `detail::reserved_blocks`), at the round count where that promises
+  //! the least time; those samples dealt first to the free ranks, the rest packed apart; the
+  //! fastest plan competes. context_ext/64 two-tier: a round's long samples on 16 ranks, its
+  //! other 48 holding short ones, 0.956 -> 0.984 of the budget-aware bound. Built at one count
+  //! only: at every count, its packings of the rest cost long_tail/48/s3 under length^2/cp 77%
+  //! more instructions per plan; at one, 0.2% (long_tail/24/s1, whose plan it improves, 13%).
   bool bisected_reserve = true;
 
   // ---- the levelled construction ---------------------------------------------------------------
