@@ -37,6 +37,16 @@ struct length_least {
   }
 };
 
+//! Sample i's least area over its legal sizes (and its own time, there).
+template <workload_estimator Estimator>
+length_least least_of_sample(const problem& pr, const Estimator& estimator, std::size_t i) {
+  length_least least;
+  for (const std::int32_t cp : pr.cp_sizes)
+    if (cp >= pr.min_cp_of[i])
+      least.take(sample_cost(pr, estimator, i, cp), cp);
+  return least;
+}
+
 //! The lengths as the gap term reads them, worked out once per batch: each sample's row and a
 //! sample of each row (the problem's cost rows, or `group_by_length`'s), each row's least area
 //! and own time and number of samples, the rows of each smallest size of at least 2 (`classes`,
@@ -88,10 +98,7 @@ template <workload_estimator Estimator>
 void make_gap_rows(const problem& pr, const Estimator& estimator, gap_rows& rows) {
   start_gap_rows(pr, rows);
   for (std::size_t r = 0; r < rows.first_of.size(); ++r) {
-    const auto i = static_cast<std::size_t>(rows.first_of[r]);
-    for (const std::int32_t cp : pr.cp_sizes)
-      if (cp >= pr.min_cp_of[i])
-        rows.least[r].take(sample_cost(pr, estimator, i, cp), cp);
+    rows.least[r] = least_of_sample(pr, estimator, static_cast<std::size_t>(rows.first_of[r]));
   }
   finish_gap_rows(pr, rows);
 }

@@ -596,11 +596,7 @@ balanced_with<Bucketing>::bisected_plan(const problem& pr, const Estimator& esti
   for (std::size_t i = 0; i < pr.size(); ++i)
     if (!placed[i]) {
       others.push_back(static_cast<std::int32_t>(i));
-      detail::length_least least;
-      for (const std::int32_t cp : pr.cp_sizes)
-        if (cp >= pr.min_cp_of[i])
-          least.take(sample_cost(pr, estimator, i, cp), cp);
-      others_area += least.area;
+      others_area += detail::least_of_sample(pr, estimator, i).area;
     }
   std::optional<detail::assignment<Estimator>> fastest;
   const auto take = [&](const std::vector<plan_microbatch>& rounds) {
@@ -633,15 +629,11 @@ balanced_with<Bucketing>::bisected_plan(const problem& pr, const Estimator& esti
     take(rounds);
     if (!tuning.bisected_reserve || others.empty())
       continue;
-    std::vector<std::int32_t> blocks =
+    detail::reserve_blocks r =
         detail::reserved_blocks<Estimator>(*dealt, others_area, o.world_size, halving);
-    std::vector<double> time(blocks.size());
-    for (std::size_t m = 0; m < blocks.size(); ++m)
-      time[m] = halving.best((*dealt)[m], 0, blocks[m]).time;
-    if (const double e = detail::reserve_objective(time, blocks, others_area, o.world_size) +
-                         static_cast<double>(k) * costs.overhead();
+    if (const double e = r.objective + static_cast<double>(k) * costs.overhead();
         e < reserve.estimate)
-      reserve = {e, std::move(*dealt), std::move(blocks)};
+      reserve = {e, std::move(*dealt), std::move(r.blocks)};
   }
   // that count's rounds on blocks that leave ranks free, the others first into those, the rest
   // of them packed apart

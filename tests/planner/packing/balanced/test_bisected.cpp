@@ -352,9 +352,15 @@ TEST_CASE("reserved_blocks: the world without other samples, else no one block's
     const double others =
         below(r, 5) == 0 ? 0.0 : times * world * 2 * static_cast<double>(below(r, 1001)) / 1000.0;
     CAPTURE(others);
-    const std::vector<std::int32_t> blocks =
-        d::reserved_blocks<estimator>(*dealt, others, world, h);
+    const d::reserve_blocks found = d::reserved_blocks<estimator>(*dealt, others, world, h);
+    const std::vector<std::int32_t>& blocks = found.blocks;
     REQUIRE(blocks.size() == dealt->size());
+    // the times and objective it returns are those of its blocks
+    REQUIRE(found.time.size() == blocks.size());
+    for (std::size_t m = 0; m < blocks.size(); ++m)
+      CHECK(found.time[m] == h.best((*dealt)[m], 0, blocks[m]).time);
+    CHECK(found.objective ==
+          doctest::Approx(reserve_objective(h, *dealt, blocks, others, world)).epsilon(1e-12));
     if (others == 0) {
       CHECK(blocks == whole);
       continue;

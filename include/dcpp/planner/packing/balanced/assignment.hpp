@@ -226,21 +226,25 @@ public:
   [[nodiscard]] plan to_plan(std::string_view policy) const {
     plan p = make_plan_shell(costs_->batch(), policy);
     p.microbatches.resize(rounds_.size());
-    std::vector<std::size_t> slot(where_.size(), 0); // group id -> index in its round's list
+    std::vector<std::size_t> slot(where_.size(), 0);   // group id -> index in its round's list
+    std::vector<std::size_t> filled(where_.size(), 0); // group id -> samples written
     for (std::size_t m = 0; m < rounds_.size(); ++m)
       for_each_group(static_cast<std::int32_t>(m), [&](std::int32_t id) {
         const group& g = group_at(id);
         auto& list = p.microbatches[m].groups;
         slot[static_cast<std::size_t>(id)] = list.size();
-        list.push_back(plan_group{g.first_rank, g.cp, {}, 0, 0.0});
-        list.back().samples.reserve(g.samples.size());
+        list.push_back(
+            plan_group{g.first_rank, g.cp, std::vector<std::int32_t>(g.samples.size()), 0, 0.0});
       });
+    // each group's samples in batch order, written by index (push_back, out of line, cost a
+    // tenth of this function on 4,096 samples)
     for (std::int32_t s = 0; s < costs_->samples(); ++s) {
-      const std::int32_t id = group_of(s);
-      DCPP_EXPECTS(id >= 0); // every sample has a group
-      p.microbatches[static_cast<std::size_t>(round_of(id))]
-          .groups[slot[static_cast<std::size_t>(id)]]
-          .samples.push_back(s);
+      const auto id = static_cast<std::size_t>(group_of(s));
+      DCPP_EXPECTS(group_of(s) >= 0); // every sample has a group
+      std::vector<std::int32_t>& out =
+          p.microbatches[static_cast<std::size_t>(round_of(group_of(s)))].groups[slot[id]].samples;
+      DCPP_EXPECTS(filled[id] < out.size()); // as many as its list holds
+      out[filled[id]++] = s;
     }
     return p;
   }

@@ -53,14 +53,8 @@ public:
         exhaustive_(std::min(exhaustive, 20)), splits_(splits) {
     DCPP_EXPECTS(members_.size() <= most_members);
     least_.reserve(members_.size());
-    for (const std::int32_t s : members_) {
-      const auto us = static_cast<std::size_t>(s);
-      length_least least;
-      for (const std::int32_t cp : pr.cp_sizes)
-        if (cp >= pr.min_cp_of[us])
-          least.take(sample_cost(pr, estimator, us, cp), cp);
-      least_.push_back(least.area);
-    }
+    for (const std::int32_t s : members_)
+      least_.push_back(least_of_sample(pr, estimator, static_cast<std::size_t>(s)).area);
   }
 
   [[nodiscard]] std::span<const std::int32_t> members() const noexcept { return members_; }
@@ -521,19 +515,19 @@ inline double reserve_objective(std::span<const double> time, std::span<const st
 //! one round's block at a time (of eighths of the world, where those are whole ranks; the
 //! whole world first), while a change lowers it. A round whose members need all the world keeps
 //! it; without other samples every block is the world. (A block's layout halves it as
-//! `bisector::best` does: 48 of 64 ranks as 32 + 16.)
+//! `bisector::best` does: 48 of 64 ranks as 32 + 16.) With the blocks, each round's time on its
+//! block and the objective they reach.
+struct reserve_blocks {
+  std::vector<std::int32_t> blocks;
+  std::vector<double> time;
+  double objective = 0;
+};
 template <workload_estimator Estimator>
-std::vector<std::int32_t> reserved_blocks(std::span<const typename bisector<Estimator>::set> dealt,
-                                          double others_area, std::int32_t world,
-                                          const bisector<Estimator>& halving) {
+reserve_blocks reserved_blocks(std::span<const typename bisector<Estimator>::set> dealt,
+                               double others_area, std::int32_t world,
+                               const bisector<Estimator>& halving) {
   const std::size_t k = dealt.size();
   std::vector<std::int32_t> blocks(k, world);
-  if (!(others_area > 0))
-    return blocks;
-  std::vector<std::int32_t> choices;
-  for (std::int32_t j = 1; j < 8; ++j)
-    if (std::int64_t{world} * j % 8 == 0)
-      choices.push_back(static_cast<std::int32_t>(std::int64_t{world} * j / 8));
   std::vector<double> time(k);
   for (std::size_t m = 0; m < k; ++m)
     time[m] = halving.best(dealt[m], 0, world).time;
@@ -541,6 +535,12 @@ std::vector<std::int32_t> reserved_blocks(std::span<const typename bisector<Esti
     return reserve_objective(t, blocks, others_area, world);
   };
   double now = total(time);
+  if (!(others_area > 0))
+    return {std::move(blocks), std::move(time), now};
+  std::vector<std::int32_t> choices;
+  for (std::int32_t j = 1; j < 8; ++j)
+    if (std::int64_t{world} * j % 8 == 0)
+      choices.push_back(static_cast<std::int32_t>(std::int64_t{world} * j / 8));
   // each pass takes every change that lowers it; a pass without one ends the search (at most
   // one pass per round and choice: each change lowers a finite sum)
   for (std::size_t pass = 0; pass < k * (choices.size() + 1); ++pass) {
@@ -567,7 +567,7 @@ std::vector<std::int32_t> reserved_blocks(std::span<const typename bisector<Esti
     if (!changed)
       break;
   }
-  return blocks;
+  return {std::move(blocks), std::move(time), now};
 }
 
 //! Deals the samples `others` (each of smallest legal size 1), costliest at one rank first (then
