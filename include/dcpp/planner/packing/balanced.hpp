@@ -406,9 +406,9 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   // world (more ranks than samples, past the megatron limit) this is what keeps the plan from
   // leaving most ranks idle; elsewhere the rounds have no idle ranks and nothing changes.
   if (have_plan && !at_bound()) {
-    plan grown = best;
-    bool changed = false;
-    for (auto& mb : grown.microbatches) {
+    std::optional<plan> grown; // the best plan with its grown rounds, copied at the first one
+    for (std::size_t m = 0; m < best.microbatches.size(); ++m) {
+      const plan_microbatch& mb = best.microbatches[m];
       std::int32_t busy = 0;
       for (const auto& g : mb.groups)
         busy += g.cp;
@@ -425,12 +425,13 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
       const double slowest = round.max_load();
       round.grow_critical_into_idle_ranks(pr, estimator);
       if (round.max_load() < slowest) {
-        mb = round.to_plan();
-        changed = true;
+        if (!grown)
+          grown = best;
+        grown->microbatches[m] = round.to_plan();
       }
     }
-    if (changed) {
-      state a = state::from_plan(costs, grown);
+    if (grown) {
+      state a = state::from_plan(costs, *grown);
       if (a.step_time() < best_step) {
         best_step = a.step_time();
         best = a.to_plan(name);

@@ -473,16 +473,32 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
         if (!alike(x))
           continue;
         const auto r = static_cast<std::size_t>(x.row);
-        // the rest of the row misses too: defer it at once, with the full-round checks a scan
-        // one by one would make on the way
         const auto first = remaining.begin() + static_cast<std::ptrdiff_t>(i) + 1;
-        const auto last = std::lower_bound(first, remaining.end(), row_end[r]);
+        if (first == remaining.end() || *first >= row_end[r])
+          continue; // x was its row's last unplaced sample: none to defer with it
+        // the rest of the row misses too: defer it at once, with the full-round checks a scan
+        // one by one would make on the way. The row's samples lie side by side in `remaining`
+        // (ascending positions in `slots`): steps doubling from `first` bracket their end,
+        // a binary search finds it (a run of n costs about 2 log2 n reads, not log2 of all)
+        auto lo = first + 1;
+        auto hi = remaining.end();
+        for (std::ptrdiff_t step = 1; step < hi - lo; step *= 2) {
+          const auto probe = lo + (step - 1);
+          if (*probe >= row_end[r]) {
+            hi = probe;
+            break;
+          }
+          lo = probe + 1;
+        }
+        const auto last = std::lower_bound(lo, hi, row_end[r]);
         const auto end = i + 1 + static_cast<std::size_t>(last - first);
         const std::int32_t every = tuning.full_round_check_every;
         bool full = false;
         // positions i+1.. start with misses, misses+1, ...; the checks fall where that count is
         // a multiple of `every` (the ranks and rooms they look at stay as they are)
-        std::size_t p = i + 1 + static_cast<std::size_t>((every - misses % every) % every);
+        const std::int32_t since_check = misses % every;
+        std::size_t p =
+            i + 1 + static_cast<std::size_t>(since_check == 0 ? 0 : every - since_check);
         const std::int32_t base = misses - static_cast<std::int32_t>(i + 1);
         if (p < end && mb.free_ranks() == 0) {
           full = !room_left();
