@@ -615,6 +615,7 @@ balanced_with<Bucketing>::bisected_plan(const problem& pr, const Estimator& esti
     double estimate = std::numeric_limits<double>::infinity();
     std::vector<typename detail::bisector<Estimator>::set> dealt;
     std::vector<std::int32_t> blocks;
+    std::vector<double> times; // each round's time on its block
   } reserve;
   for (std::int64_t k = fewest;
        k <= fewest + std::int64_t{tuning.bisected_extra_rounds} * o.microbatch_multiple &&
@@ -630,11 +631,11 @@ balanced_with<Bucketing>::bisected_plan(const problem& pr, const Estimator& esti
     take(rounds);
     if (!tuning.bisected_reserve || others.empty())
       continue;
-    detail::reserve_blocks r =
+    detail::reserved_layout r =
         detail::reserved_blocks<Estimator>(*dealt, others_area, o.world_size, halving);
     if (const double e = r.objective + static_cast<double>(k) * costs.overhead();
         e < reserve.estimate)
-      reserve = {e, std::move(*dealt), std::move(r.blocks)};
+      reserve = {e, std::move(*dealt), std::move(r.blocks), std::move(r.time)};
   }
   // that count's rounds on blocks that leave ranks free, the others first into those, the rest
   // of them packed apart
@@ -642,7 +643,8 @@ balanced_with<Bucketing>::bisected_plan(const problem& pr, const Estimator& esti
     return fastest;
   std::vector<plan_microbatch> reserved =
       detail::lay_out<Estimator>(reserve.dealt, reserve.blocks, halving);
-  const std::vector<std::int32_t> left = detail::fill_free_ranks(pr, estimator, reserved, others);
+  const std::vector<std::int32_t> left =
+      detail::fill_free_ranks(pr, estimator, reserved, reserve.times, others);
   if (left.size() == others.size())
     return fastest; // the free ranks took none of them: the rounds above, or slower
   if (!left.empty()) {

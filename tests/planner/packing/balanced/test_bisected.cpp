@@ -352,7 +352,7 @@ TEST_CASE("reserved_blocks: the world without other samples, else no one block's
     const double others =
         below(r, 5) == 0 ? 0.0 : times * world * 2 * static_cast<double>(below(r, 1001)) / 1000.0;
     CAPTURE(others);
-    const d::reserve_blocks found = d::reserved_blocks<estimator>(*dealt, others, world, h);
+    const d::reserved_layout found = d::reserved_blocks<estimator>(*dealt, others, world, h);
     const std::vector<std::int32_t>& blocks = found.blocks;
     REQUIRE(blocks.size() == dealt->size());
     // the times and objective it returns are those of its blocks
@@ -490,15 +490,17 @@ TEST_CASE("fill_free_ranks: the short samples to free ranks as the rule says, no
     // each round on a random block that holds it (the world where none smaller does)
     const std::vector<std::int32_t> choices = block_choices(world);
     std::vector<std::int32_t> blocks;
+    std::vector<double> times; // as reserved_blocks returns them: the layout's
     for (const halving::set s : *dealt) {
       std::int32_t blk = choices[below(r, choices.size())];
       if (!(h.best(s, 0, blk).time < std::numeric_limits<double>::infinity()))
         blk = world;
       blocks.push_back(blk);
+      times.push_back(h.best(s, 0, blk).time);
     }
     const std::vector<dcpp::plan_microbatch> laid = d::lay_out<estimator>(*dealt, blocks, h);
     std::vector<dcpp::plan_microbatch> rounds_now = laid;
-    const std::vector<std::int32_t> left = d::fill_free_ranks(b.pr, b.e, rounds_now, others);
+    const std::vector<std::int32_t> left = d::fill_free_ranks(b.pr, b.e, rounds_now, times, others);
     ++checked;
     const filled want = fill_by_hand(b, laid, others);
     CHECK(left == want.left);

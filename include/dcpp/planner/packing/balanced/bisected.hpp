@@ -517,15 +517,15 @@ inline double reserve_objective(std::span<const double> time, std::span<const st
 //! it; without other samples every block is the world. (A block's layout halves it as
 //! `bisector::best` does: 48 of 64 ranks as 32 + 16.) With the blocks, each round's time on its
 //! block and the objective they reach.
-struct reserve_blocks {
+struct reserved_layout {
   std::vector<std::int32_t> blocks;
   std::vector<double> time;
   double objective = 0;
 };
 template <workload_estimator Estimator>
-reserve_blocks reserved_blocks(std::span<const typename bisector<Estimator>::set> dealt,
-                               double others_area, std::int32_t world,
-                               const bisector<Estimator>& halving) {
+reserved_layout reserved_blocks(std::span<const typename bisector<Estimator>::set> dealt,
+                                double others_area, std::int32_t world,
+                                const bisector<Estimator>& halving) {
   const std::size_t k = dealt.size();
   std::vector<std::int32_t> blocks(k, world);
   std::vector<double> time(k);
@@ -572,13 +572,14 @@ reserve_blocks reserved_blocks(std::span<const typename bisector<Estimator>::set
 
 //! Deals the samples `others` (each of smallest legal size 1), costliest at one rank first (then
 //! by id), each as a group of one rank to the free rank of `rounds` (a rank none of its round's
-//! groups holds) with the most time left before its round's slowest group, where its cost fits
-//! that time and its tokens the rank's budget. Returns the samples that fit no free rank, in
-//! batch order.
+//! groups holds) with the most time left before its round's slowest group (`times[m]`, round
+//! m's: its layout's `bisector::split::time`), where its cost fits that time and its tokens the
+//! rank's budget. Returns the samples that fit no free rank, in batch order.
 template <workload_estimator Estimator>
-std::vector<std::int32_t> fill_free_ranks(const problem& pr, const Estimator& estimator,
-                                          std::vector<plan_microbatch>& rounds,
-                                          std::span<const std::int32_t> others) {
+std::vector<std::int32_t>
+fill_free_ranks(const problem& pr, const Estimator& estimator, std::vector<plan_microbatch>& rounds,
+                std::span<const double> times, std::span<const std::int32_t> others) {
+  DCPP_EXPECTS(times.size() == rounds.size());
   const plan_options& o = pr.options;
   struct slot {
     std::size_t round = 0;
@@ -590,17 +591,11 @@ std::vector<std::int32_t> fill_free_ranks(const problem& pr, const Estimator& es
   std::vector<slot> slots;
   for (std::size_t m = 0; m < rounds.size(); ++m) {
     std::vector<char> held(static_cast<std::size_t>(o.world_size), 0);
-    double time = 0;
-    for (const plan_group& g : rounds[m].groups) {
+    for (const plan_group& g : rounds[m].groups)
       std::fill_n(held.begin() + g.first_rank, g.cp, char{1});
-      double load = 0;
-      for (const std::int32_t s : g.samples)
-        load += sample_cost(pr, estimator, static_cast<std::size_t>(s), g.cp);
-      time = std::max(time, load);
-    }
     for (std::int32_t r = 0; r < o.world_size; ++r)
       if (held[static_cast<std::size_t>(r)] == 0 && is_legal_group(o, r, 1))
-        slots.push_back({m, r, time, 0, {}});
+        slots.push_back({m, r, times[m], 0, {}});
   }
   std::vector<std::pair<double, std::int32_t>> order; // (cost on one rank, sample)
   order.reserve(others.size());
