@@ -17,6 +17,8 @@
 #include "dcpp/workload/generators.hpp"
 #include "planner_cases.hpp"
 
+#include "../examples/cli_checks.hpp"
+
 namespace {
 
 using namespace dcpp;
@@ -218,11 +220,11 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "one seed per generator");
   app.add_option("--repeats", times.repeats,
                  "plan each case at least this many times, report the fastest")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 10000));
   app.add_option("--min-time", times.min_seconds,
                  "...and again while its plannings took less than this many seconds in all "
                  "(at most 10,000 times; 0: exactly --repeats times)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(dcpp_cli::finite_at_least(0));
   app.add_option("--estimator", estimator_name, "transformer preset for the generated workloads");
   app.add_option("--reference-dir", reference_dir, "folder of the shared reference workloads");
   app.add_flag("--strict", strict, "exit 1 if balanced misses a target");

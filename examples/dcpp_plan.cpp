@@ -21,6 +21,8 @@
 #include "dcpp/io/file_input.hpp"
 #include "dcpp/io/guarded_main.hpp"
 
+#include "cli_checks.hpp"
+
 namespace {
 
 //! Where the progress lines go: stdout, or stderr when stdout carries a document (`--json -`).
@@ -120,16 +122,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--intra-node-bandwidth", network.intra_node_gbytes,
                  "GB/s one way between ring neighbours inside a node (preset: h100 150, a100 100)")
-      ->check(CLI::PositiveNumber);
+      ->check(dcpp_cli::finite_above(0));
   app.add_option("--inter-node-bandwidth", network.inter_node_gbytes,
                  "GB/s one way between ring neighbours on different nodes (preset: h100 40, "
                  "a100 20)")
-      ->check(CLI::PositiveNumber);
+      ->check(dcpp_cli::finite_above(0));
   app.add_option("--microbatch-overhead", microbatch_overhead,
                  "price of one micro-batch in the estimator's unit (seconds for presets and "
                  "calibrations; default: the estimator's, else 1% of the batch's mean "
                  "micro-batch)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(dcpp_cli::finite_at_least(0));
   app.add_option("--topology", topology_name, "aligned (powers of two) | contiguous")
       ->check(CLI::IsMember({"aligned", "contiguous"}));
   app.add_option("--microbatch-multiple", microbatch_multiple,

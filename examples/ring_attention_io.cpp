@@ -22,6 +22,8 @@
 #include <dcpp/io/guarded_main.hpp>
 #include <dcpp/io/npy.hpp>
 
+#include "cli_checks.hpp"
+
 namespace {
 
 struct inputs {
@@ -135,7 +137,7 @@ int main(int argc, char** argv) {
   app.add_option("--cp", in.cp, "ranks each sequence is split over (zigzag)")
       ->check(CLI::Range(1, 64));
   app.add_option("--scale", in.scale, "softmax scale (default 1/sqrt(head_dim))")
-      ->check(CLI::PositiveNumber);
+      ->check(dcpp_cli::finite_above(0));
   app.add_option("--dtype", dtype,
                  "compute type: auto (the input's), fp32, fp16, bf16 (bf16 outputs are written "
                  "as float32)")

@@ -30,6 +30,8 @@
 #include <dcpp/route/fields.hpp>
 #include <dcpp/route/router.hpp>
 
+#include "../cli_checks.hpp"
+
 namespace trainer {
 
 constexpr int vocab = 16, dim = 64, hidden = 128, width = 4;
@@ -143,8 +145,8 @@ struct options {
     app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, 100000));
     app.add_option("--samples", samples, "samples per step (over all ranks)")
         ->check(CLI::Range(1, 1 << 20));
-    app.add_option("--lr", lr, "SGD learning rate")->check(CLI::PositiveNumber);
-    app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999));
+    app.add_option("--lr", lr, "SGD learning rate")->check(dcpp_cli::finite_above(0));
+    app.add_option("--momentum", momentum, "SGD momentum")->check(dcpp_cli::finite_in(0.0, 0.999));
     app.add_option("--max-tokens-per-rank", budget,
                    "token budget per rank and micro-batch (default 512, or 1024 on one rank)");
     app.add_option("--seed", seed, "data and initialisation seed");

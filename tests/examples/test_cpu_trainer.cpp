@@ -141,6 +141,24 @@ TEST_CASE("cpu trainer --calibrate: bad lengths are refused before anything runs
   }
 }
 
+TEST_CASE("cpu trainer: a NaN or infinite --lr or --momentum is refused before training") {
+  // CLI11's number checks let NaN through: the trainer then trained to a NaN loss and exited 0
+  const std::pair<const char*, const char*> cases[] = {
+      {"--lr nan", "--lr: 'nan' is not a finite number > 0"},
+      {"--lr inf", "--lr: 'inf' is not a finite number > 0"},
+      {"--lr 0", "--lr: '0' is not a finite number > 0"},
+      {"--momentum nan", "--momentum: 'nan' is not a finite number from 0 to 0.999"},
+      {"--momentum 1", "--momentum: '1' is not a finite number from 0 to 0.999"},
+  };
+  for (const auto& [args, needle] : cases) {
+    const auto run = run_calibration(1, fmt::format("--steps 2 {}", args), "badnum");
+    INFO(args << ": " << run.err << run.out);
+    CHECK(run.exit_code != 0);
+    CHECK(run.err.find(needle) != std::string::npos);
+    CHECK(run.out.find("step") == std::string::npos); // no step ran
+  }
+}
+
 TEST_CASE("cpu trainer: an unwritable --log fails on every rank before training") {
   const auto run = run_calibration(
       2, "--steps 50 --log /nonexistent_dcpp_dir/log.json --weights /tmp/dcpp_unused_w.npy",

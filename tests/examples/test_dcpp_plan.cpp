@@ -283,6 +283,39 @@ TEST_CASE("dcpp-plan: network options that do not apply are refused") {
   CHECK(run(ok.string() + " --inter-node-bandwidth 0").status != 0);
 }
 
+TEST_CASE("dcpp-plan: a number option's bad value names the option, the value and the bound") {
+  // CLI11's own checks let NaN through and wrote their open bound as DBL_MAX in 309 digits
+  const fs::path ok = write("ok4.txt", "100\n7000\n");
+  const fs::path json = scratch() / "no_plan.json";
+  const struct {
+    const char* args;
+    const char* needle;
+  } cases[] = {
+      {"--intra-node-bandwidth -3", "--intra-node-bandwidth: '-3' is not a finite number > 0"},
+      {"--inter-node-bandwidth nan", "--inter-node-bandwidth: 'nan' is not a finite number > 0"},
+      {"--inter-node-bandwidth 0", "--inter-node-bandwidth: '0' is not a finite number > 0"},
+      {"--intra-node-bandwidth 1e400", "'1e400' is not a finite number > 0"},
+      {"--microbatch-overhead inf", "--microbatch-overhead: 'inf' is not a finite number >= 0"},
+      {"--microbatch-overhead -1e-9", "'-1e-9' is not a finite number >= 0"},
+      {"--microbatch-overhead NaN", "'NaN' is not a finite number >= 0"},
+      {"--microbatch-overhead fast", "'fast' is not a finite number >= 0"},
+  };
+  for (const auto& c : cases) {
+    fs::remove(json);
+    const auto r = run(ok.string() + " " + c.args + " --json " + json.string());
+    CAPTURE(c.args);
+    CAPTURE(r.err);
+    CHECK(r.status != 0);
+    CHECK(r.err.find(c.needle) != std::string::npos);
+    CHECK(r.err.size() < 200);
+    CHECK(r.out.empty());
+    CHECK_FALSE(fs::exists(json));
+  }
+  // in range, the same options plan
+  CHECK(run(ok.string() + " --intra-node-bandwidth 1e3 --microbatch-overhead 0 --quiet").status ==
+        0);
+}
+
 TEST_CASE("dcpp-plan: --extra-microbatches bounds the rounds of balanced") {
   const auto r = run(env("DCPP_DATA") +
                      "/sft_long_tail.txt --world-size 32 --max-tokens-per-rank 8192 --quiet "

@@ -1,0 +1,46 @@
+// CLI11 checks for the examples' and benchmarks' floating-point options. CLI11's own
+// (PositiveNumber, NonNegativeNumber, Range on doubles) let NaN through, since every comparison
+// with NaN is false, and name their open bound as DBL_MAX written out in 309 digits; these
+// refuse NaN and the infinities and say the bound as it is meant.
+#pragma once
+
+#include <cmath>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+namespace dcpp_cli {
+
+namespace detail {
+//! A finite number with `ok(value)`; else "'TEXT' is not a finite number WHAT".
+template <class Ok>
+CLI::Validator finite_number(const std::string& what, Ok ok) {
+  return CLI::Validator(
+      [what, ok](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value) || !std::isfinite(value) || !ok(value))
+          return fmt::format("'{}' is not a finite number {}", text, what);
+        return {};
+      },
+      "FINITE " + what);
+}
+} // namespace detail
+
+//! A finite number above `low` (e.g. a rate or a learning rate: above 0).
+inline CLI::Validator finite_above(double low) {
+  return detail::finite_number(fmt::format("> {}", low), [low](double v) { return v > low; });
+}
+
+//! A finite number of at least `low` (e.g. a time that may be 0).
+inline CLI::Validator finite_at_least(double low) {
+  return detail::finite_number(fmt::format(">= {}", low), [low](double v) { return v >= low; });
+}
+
+//! A finite number from `low` to `high`.
+inline CLI::Validator finite_in(double low, double high) {
+  return detail::finite_number(fmt::format("from {} to {}", low, high),
+                               [low, high](double v) { return v >= low && v <= high; });
+}
+
+} // namespace dcpp_cli
