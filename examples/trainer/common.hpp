@@ -148,7 +148,9 @@ struct options {
     app.add_option("--lr", lr, "SGD learning rate")->check(dcpp_cli::finite_above(0));
     app.add_option("--momentum", momentum, "SGD momentum")->check(dcpp_cli::finite_in(0.0, 0.999));
     app.add_option("--max-tokens-per-rank", budget,
-                   "token budget per rank and micro-batch (default 512, or 1024 on one rank)");
+                   "token budget per rank and micro-batch (0, the default: 512, or 1024 on one "
+                   "rank)")
+        ->check(CLI::Range(std::int64_t{0}, dcpp::max_tokens_per_rank_limit));
     app.add_option("--seed", seed, "data and initialisation seed");
     app.add_option("--log", log_path, "write a JSON log of every step here (rank 0)");
     app.add_option("--weights", weights_path, "write the final weights here as .npy (rank 0)");
@@ -167,6 +169,15 @@ struct options {
   //! The token budget for `world` ranks (the flag, or the default).
   [[nodiscard]] std::int64_t budget_for(int world) const {
     return budget != 0 ? budget : world == 1 ? 1024 : 512;
+  }
+  //! The planner's options for `world` ranks, checked before any sample is made for them (the
+  //! samples are at most `dcpp::max_plannable_length` of these).
+  [[nodiscard]] dcpp::plan_options plan_options_for(int world) const {
+    dcpp::plan_options out;
+    out.world_size = world;
+    out.max_tokens_per_rank = budget_for(world);
+    dcpp::throw_if_failed(dcpp::check_options(out));
+    return out;
   }
 };
 

@@ -149,6 +149,9 @@ TEST_CASE("cpu trainer: a NaN or infinite --lr or --momentum is refused before t
       {"--lr 0", "--lr: '0' is not a finite number > 0"},
       {"--momentum nan", "--momentum: 'nan' is not a finite number from 0 to 0.999"},
       {"--momentum 1", "--momentum: '1' is not a finite number from 0 to 0.999"},
+      // made samples of negative length (an "internal error" from std::vector)
+      {"--max-tokens-per-rank -5", "--max-tokens-per-rank: Value -5 not in range 0 to"},
+      {"--max-tokens-per-rank 1", "max_tokens_per_rank = 1 is below the padding unit"},
   };
   for (const auto& [args, needle] : cases) {
     const auto run = run_calibration(1, fmt::format("--steps 2 {}", args), "badnum");
@@ -157,6 +160,15 @@ TEST_CASE("cpu trainer: a NaN or infinite --lr or --momentum is refused before t
     CHECK(run.err.find(needle) != std::string::npos);
     CHECK(run.out.find("step") == std::string::npos); // no step ran
   }
+}
+
+TEST_CASE("cpu trainer: an odd token budget trains (its samples end at the longest it can plan)") {
+  // a budget of 3 on one rank plans samples of at most 2 tokens (padded to a multiple of 2); the
+  // samples were cut at 3 and the plan refused the first of them
+  const auto run = run_calibration(1, "--steps 2 --max-tokens-per-rank 3", "odd");
+  INFO(run.err << run.out);
+  CHECK(run.exit_code == 0);
+  CHECK(run.out.find("step    2/2") != std::string::npos);
 }
 
 TEST_CASE("cpu trainer: an unwritable --log fails on every rank before training") {
