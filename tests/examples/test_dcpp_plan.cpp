@@ -389,6 +389,10 @@ TEST_CASE("dcpp-plan: hostile numbers are one-line errors, not signals or hangs"
                "max_tokens_per_rank = 4611686018427387904 exceeds the limit");
   expect_error(wl.string() + " --world-size 2147483647", "world_size = 2147483647 exceeds");
   expect_error(wl.string() + " --padding-unit 2305843009213693952", "padding_unit = ");
+  // a multiple of 10^8 planned until killed; a negative static size was taken for 0
+  expect_error(wl.string() + " --microbatch-multiple 99999999",
+               "microbatch_multiple = 99999999 exceeds the limit 1024");
+  expect_error(wl.string() + " --policy static_cp --static-cp -1", "static cp = -1 must be >= 0");
 }
 
 TEST_CASE("dcpp-plan: hostile inputs are one-line errors, never an abort (issue 22)") {

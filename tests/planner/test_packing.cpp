@@ -176,6 +176,12 @@ TEST_CASE("static_cp: every group has the fixed size; the check names a sample t
   o.world_size = 24;
   const dcpp::planner<dcpp::megatron_cost, dcpp::static_cp> uneven(o, {}, dcpp::static_cp{16});
   CHECK(uneven.can_plan(lengths).code == dcpp::status_code::world_not_divisible);
+  // a negative size is refused (it was taken for 0, the smallest that fits)
+  o.world_size = 16;
+  const dcpp::planner<dcpp::megatron_cost, dcpp::static_cp> negative(o, {}, dcpp::static_cp{-1});
+  const auto n = negative.can_plan(lengths);
+  CHECK(n.code == dcpp::status_code::invalid_option);
+  CHECK(n.message.find("static cp = -1 must be >= 0") != std::string::npos);
 }
 
 TEST_CASE("balanced: spreads a short-only batch evenly and meets the micro-batch multiple") {

@@ -80,6 +80,11 @@ TEST_CASE("validate: a hostile plan file's options and lengths are errors, not U
   auto o = opts();
   o.microbatch_multiple = 0;
   CHECK(why(good(), o) == "options: microbatch_multiple = 0 must be >= 1");
+  // a multiple of 10^8 planned until killed (every plan has at least that many micro-batches)
+  o.microbatch_multiple = 100000000;
+  CHECK(why(good(), o) == "options: microbatch_multiple = 100000000 exceeds the limit 1024");
+  o.microbatch_multiple = dcpp::max_microbatch_multiple;
+  CHECK(dcpp::check_options(o).ok());
   auto p = good();
   p.lengths[1] = -5;
   CHECK(why(p) == "sample 1: length = -5 must be positive, and the batch's tokens at most "

@@ -129,6 +129,11 @@ struct static_cp_with {
   }
 
   [[nodiscard]] status check(const problem& pr) const {
+    if (cp < 0) // resolve would take it for 0
+      return status::failure(status_code::invalid_option,
+                             fmt::format("static cp = {} must be >= 0 (0: the smallest legal "
+                                         "size that fits every sample)",
+                                         cp));
     const std::int32_t c = resolve(pr);
     const plan_options& o = pr.options;
     if (std::find(pr.cp_sizes.begin(), pr.cp_sizes.end(), c) == pr.cp_sizes.end())
