@@ -409,7 +409,11 @@ TEST_CASE("dcpp-plan: hostile inputs are one-line errors, never an abort (issue 
                "seqlens[1] = an array (1 elements) must be a positive integer length");
   // numbers past the range of the field: named, not wrapped
   expect_error(write("big.json", "{\"seqlens\": [100], \"total_gpus\": 4294967297}").string(),
-               "field 'total_gpus' = 4294967297 must be a positive integer below 2147483648");
+               "field 'total_gpus' = 4294967297 must be an integer from 1 to 16777216");
+  // within the integer type but past the planner's limit: the field named, not the option
+  expect_error(
+      write("vpp.json", "{\"seqlens\": [100], \"vpp_microbatch_group_size\": 5000}").string(),
+      "field 'vpp_microbatch_group_size' = 5000 must be an integer from 1 to 1024");
   expect_error(write("huge.json", "{\"seqlens\": [18446744073709551615]}").string(),
                "seqlens[0] = 18446744073709551615 must be a positive integer length");
   expect_error(write("frac.json", "{\"seqlens\": [100.5]}").string(),

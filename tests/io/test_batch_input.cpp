@@ -1,8 +1,11 @@
 // Tests for include/dcpp/io/batch_input.hpp.
 #include "../support.hpp"
 
+#include <cstdint>
 #include <sstream>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "dcpp/io/batch_input.hpp"
 
@@ -57,7 +60,7 @@ TEST_CASE("batch_input: JSON errors name the field and index") {
         "batch.txt: seqlens[1] = 0 must be a positive integer length");
   CHECK(error_of(R"({"seqlens": []})") == "batch.txt: no sample lengths in the input");
   CHECK(error_of(R"({"seqlens": [1], "total_gpus": -2})") ==
-        "batch.txt: field 'total_gpus' = -2 must be a positive integer below 2147483648");
+        "batch.txt: field 'total_gpus' = -2 must be an integer from 1 to 16777216");
   CHECK(error_of("{ nope").find("not valid JSON") != std::string::npos);
 }
 
@@ -106,5 +109,38 @@ TEST_CASE("batch_input: hostile JSON is a named error (found by the fuzzer)") {
         "batch.txt: seqlens[0] = \"" + std::string(40, 'x') +
             "...\" (100 characters) must be a positive integer length");
   CHECK(error_of("{\"seqlens\": [1], \"min_cp_size\": 2147483648}") ==
-        "batch.txt: field 'min_cp_size' = 2147483648 must be a positive integer below 2147483648");
+        "batch.txt: field 'min_cp_size' = 2147483648 must be an integer from 1 to 16777216");
+}
+
+TEST_CASE("batch_input: a JSON setting past the planner's limit names the field") {
+  // each field takes 1 to the limit of the option it sets (dcpp/planner/options.hpp); past it,
+  // the error names the input's field, not the option
+  struct field_limit {
+    const char* key;
+    std::int64_t limit;
+  };
+  const field_limit fields[] = {
+      {"total_gpus", dcpp::max_world_size},
+      {"world_size", dcpp::max_world_size},
+      {"max_seq_len_per_rank", dcpp::max_tokens_per_rank_limit},
+      {"max_tokens_per_rank", dcpp::max_tokens_per_rank_limit},
+      {"min_cp_size", dcpp::max_world_size},
+      {"vpp_microbatch_group_size", dcpp::max_microbatch_multiple},
+  };
+  for (const field_limit& f : fields) {
+    CAPTURE(f.key);
+    const auto with = [&](std::int64_t v) {
+      return fmt::format(R"({{"seqlens": [1], "{}": {}}})", f.key, v);
+    };
+    CHECK_NOTHROW(read(with(f.limit)));
+    CHECK_NOTHROW(read(with(1)));
+    for (const std::int64_t bad : {f.limit + 1, f.limit * 4 + 3, std::int64_t{0}})
+      CHECK(error_of(with(bad)) == fmt::format("batch.txt: field '{}' = {} must be an integer "
+                                               "from 1 to {}",
+                                               f.key, bad, f.limit));
+  }
+  const auto b = read(R"({"seqlens": [1], "vpp_microbatch_group_size": 1024,
+                          "max_seq_len_per_rank": 68719476736})");
+  CHECK(*b.microbatch_multiple == 1024);
+  CHECK(*b.max_tokens_per_rank == dcpp::max_tokens_per_rank_limit);
 }

@@ -18,6 +18,7 @@
 #include "dcpp/error.hpp"
 #include "dcpp/io/json_input.hpp"
 #include "dcpp/planner/calibrated_cost.hpp"
+#include "dcpp/planner/options.hpp"
 
 namespace dcpp {
 
@@ -49,18 +50,19 @@ inline std::optional<std::int64_t> parse_integer(std::string_view s) {
   return value;
 }
 
+//! The first of `keys` present (and not null) in `j`: an integer from 1 to `limit` (the planner's
+//! limit for the option it sets, so an error names the input's field, not the option's).
 template <class T>
 std::optional<T> optional_integer(const nlohmann::json& j, std::string_view source,
-                                  std::initializer_list<const char*> keys) {
+                                  std::initializer_list<const char*> keys, T limit) {
   for (const char* key : keys) {
     if (!j.contains(key) || j[key].is_null())
       continue;
     T value{};
-    if (!json_integer(j[key], value) || value <= 0)
+    if (!json_integer(j[key], value) || value <= 0 || value > limit)
       throw error(status_code::parse_error,
-                  fmt::format("{}: field '{}' = {} must be a positive integer below {}", source,
-                              key, describe_json(j[key]),
-                              std::uint64_t{std::numeric_limits<T>::max()} + 1));
+                  fmt::format("{}: field '{}' = {} must be an integer from 1 to {}", source, key,
+                              describe_json(j[key]), limit));
     return value;
   }
   return std::nullopt;
@@ -94,12 +96,12 @@ inline batch_input read_batch(std::istream& in, std::string_view source) {
     if (j.contains("name") && j["name"].is_string())
       batch.name = j["name"].get<std::string>();
     batch.world_size =
-        detail::optional_integer<std::int32_t>(j, source, {"total_gpus", "world_size"});
-    batch.max_tokens_per_rank = detail::optional_integer<std::int64_t>(
-        j, source, {"max_seq_len_per_rank", "max_tokens_per_rank"});
-    batch.min_cp = detail::optional_integer<std::int32_t>(j, source, {"min_cp_size"});
+        detail::optional_integer(j, source, {"total_gpus", "world_size"}, max_world_size);
+    batch.max_tokens_per_rank = detail::optional_integer(
+        j, source, {"max_seq_len_per_rank", "max_tokens_per_rank"}, max_tokens_per_rank_limit);
+    batch.min_cp = detail::optional_integer(j, source, {"min_cp_size"}, max_world_size);
     batch.microbatch_multiple =
-        detail::optional_integer<std::int32_t>(j, source, {"vpp_microbatch_group_size"});
+        detail::optional_integer(j, source, {"vpp_microbatch_group_size"}, max_microbatch_multiple);
   } else {
     std::size_t line_no = 0;
     std::size_t pos = 0;
