@@ -1,10 +1,14 @@
-// CLI11 checks for the examples' and benchmarks' floating-point options. CLI11's own
-// (PositiveNumber, NonNegativeNumber, Range on doubles) let NaN through, since every comparison
-// with NaN is false, and name their open bound as DBL_MAX written out in 309 digits; these
-// refuse NaN and the infinities and say the bound as it is meant.
+// CLI11 checks for the examples' and benchmarks' number options. CLI11's own (PositiveNumber,
+// NonNegativeNumber, Range on doubles) let NaN through, since every comparison with NaN is false,
+// and name their open bound as DBL_MAX written out in 309 digits; these refuse NaN and the
+// infinities and say the bound as it is meant. An unsigned option parsed by CLI11 alone takes -1
+// as 2^64 - 1; `unsigned_integer` refuses a sign.
 #pragma once
 
+#include <charconv>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -41,6 +45,21 @@ inline CLI::Validator finite_at_least(double low) {
 inline CLI::Validator finite_in(double low, double high) {
   return detail::finite_number(fmt::format("from {} to {}", low, high),
                                [low, high](double v) { return v >= low && v <= high; });
+}
+
+//! A whole number from 0 to 2^64 - 1, digits only (e.g. a seed: CLI11 alone wraps -1 to 2^64 - 1).
+inline CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::uint64_t value = 0;
+        const char* end = text.data() + text.size();
+        const auto [at, ec] = std::from_chars(text.data(), end, value);
+        if (text.empty() || ec != std::errc() || at != end)
+          return fmt::format("'{}' is not an integer from 0 to {}", text,
+                             std::numeric_limits<std::uint64_t>::max());
+        return {};
+      },
+      "UINT64");
 }
 
 } // namespace dcpp_cli

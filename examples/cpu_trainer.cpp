@@ -295,6 +295,7 @@ int main(int argc, char** argv) {
     }
     const dcpp::plan_options options = o.plan_options_for(world.size());
     const std::int64_t budget = options.max_tokens_per_rank;
+    const std::int64_t longest = dcpp::max_plannable_length(options); // a sample's most tokens
     dcpp::planner<> planner(options);
 
     parameters params, grad, velocity;
@@ -302,8 +303,8 @@ int main(int argc, char** argv) {
     trainer::report report(o, world.size(), budget, world.rank() == 0);
     for (int step = 0; step < o.steps; ++step) {
       const auto start = std::chrono::steady_clock::now();
-      const shard_type shard = make_shard(step, o.samples, o.seed, world.rank(), world.size(),
-                                          dcpp::max_plannable_length(options));
+      const shard_type shard =
+          make_shard(step, o.samples, o.seed, world.rank(), world.size(), longest);
       // [step]
       // global loss tokens first: every token's gradient is scaled by 1 / T_global
       const std::vector<double> count_totals{0.0, loss_tokens(shard)};

@@ -414,6 +414,7 @@ int main(int argc, char** argv) {
     }
     const dcpp::plan_options options = o.plan_options_for(world.size());
     const std::int64_t budget = options.max_tokens_per_rank;
+    const std::int64_t longest = dcpp::max_plannable_length(options); // a sample's most tokens
     dcpp::planner<> planner(options);
 
     parameters host;
@@ -423,8 +424,8 @@ int main(int argc, char** argv) {
     trainer::report report(o, world.size(), budget, world.rank() == 0);
     for (int step = 0; step < o.steps; ++step) {
       const auto start = std::chrono::steady_clock::now();
-      const shard_type shard = make_shard(step, o.samples, o.seed, world.rank(), world.size(),
-                                          dcpp::max_plannable_length(options));
+      const shard_type shard =
+          make_shard(step, o.samples, o.seed, world.rank(), world.size(), longest);
       const std::vector<double> count_totals{0.0, loss_tokens(shard)};
       const auto counted = dcpp::global_token_mean(world, std::span<const double>(count_totals), 1);
       const auto scale = static_cast<float>(counted.gradient_scale[0]);

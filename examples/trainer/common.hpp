@@ -151,7 +151,8 @@ struct options {
                    "token budget per rank and micro-batch (0, the default: 512, or 1024 on one "
                    "rank)")
         ->check(CLI::Range(std::int64_t{0}, dcpp::max_tokens_per_rank_limit));
-    app.add_option("--seed", seed, "data and initialisation seed");
+    app.add_option("--seed", seed, "data and initialisation seed (0 to 2^64 - 1)")
+        ->check(dcpp_cli::unsigned_integer());
     app.add_option("--log", log_path, "write a JSON log of every step here (rank 0)");
     app.add_option("--weights", weights_path, "write the final weights here as .npy (rank 0)");
     app.add_flag("--quiet", quiet, "no per-step output");
@@ -166,16 +167,13 @@ struct options {
                    "timed runs per calibration row, after one warm-up (the median is printed)")
         ->check(CLI::Range(1, 1000));
   }
-  //! The token budget for `world` ranks (the flag, or the default).
-  [[nodiscard]] std::int64_t budget_for(int world) const {
-    return budget != 0 ? budget : world == 1 ? 1024 : 512;
-  }
-  //! The planner's options for `world` ranks, checked before any sample is made for them (the
-  //! samples are at most `dcpp::max_plannable_length` of these).
+  //! The planner's options for `world` ranks: the token budget is the flag's, or by default 512
+  //! (1024 on one rank). Checked before any sample is made for them (the samples are at most
+  //! `dcpp::max_plannable_length` of these).
   [[nodiscard]] dcpp::plan_options plan_options_for(int world) const {
     dcpp::plan_options out;
     out.world_size = world;
-    out.max_tokens_per_rank = budget_for(world);
+    out.max_tokens_per_rank = budget != 0 ? budget : world == 1 ? 1024 : 512;
     dcpp::throw_if_failed(dcpp::check_options(out));
     return out;
   }

@@ -141,7 +141,8 @@ TEST_CASE("cpu trainer --calibrate: bad lengths are refused before anything runs
   }
 }
 
-TEST_CASE("cpu trainer: a NaN or infinite --lr or --momentum is refused before training") {
+TEST_CASE("cpu trainer: a NaN or infinite --lr or --momentum, or a signed --seed, is refused "
+          "before training") {
   // CLI11's number checks let NaN through: the trainer then trained to a NaN loss and exited 0
   const std::pair<const char*, const char*> cases[] = {
       {"--lr nan", "--lr: 'nan' is not a finite number > 0"},
@@ -152,6 +153,11 @@ TEST_CASE("cpu trainer: a NaN or infinite --lr or --momentum is refused before t
       // made samples of negative length (an "internal error" from std::vector)
       {"--max-tokens-per-rank -5", "--max-tokens-per-rank: Value -5 not in range 0 to"},
       {"--max-tokens-per-rank 1", "max_tokens_per_rank = 1 is below the padding unit"},
+      // CLI11 alone took -1 for the seed 2^64 - 1
+      {"--seed -1", "--seed: '-1' is not an integer from 0 to 18446744073709551615"},
+      {"--seed 18446744073709551616",
+       "--seed: '18446744073709551616' is not an integer from 0 to 18446744073709551615"},
+      {"--seed 1.5", "--seed: '1.5' is not an integer from 0 to"},
   };
   for (const auto& [args, needle] : cases) {
     const auto run = run_calibration(1, fmt::format("--steps 2 {}", args), "badnum");
@@ -169,6 +175,13 @@ TEST_CASE("cpu trainer: an odd token budget trains (its samples end at the longe
   INFO(run.err << run.out);
   CHECK(run.exit_code == 0);
   CHECK(run.out.find("step    2/2") != std::string::npos);
+}
+
+TEST_CASE("cpu trainer: the largest --seed trains") {
+  const auto run = run_calibration(1, "--steps 1 --seed 18446744073709551615", "seedmax");
+  INFO(run.err << run.out);
+  CHECK(run.exit_code == 0);
+  CHECK(run.out.find("step    1/1") != std::string::npos);
 }
 
 TEST_CASE("cpu trainer: an unwritable --log fails on every rank before training") {
