@@ -635,7 +635,7 @@ balanced_with<Bucketing>::bisected_plan(const problem& pr, const Estimator& esti
         detail::reserved_blocks<Estimator>(*dealt, others_area, o.world_size, halving);
     if (const double e = r.objective + static_cast<double>(k) * costs.overhead();
         e < reserve.estimate)
-      reserve = {e, std::move(*dealt), std::move(r.blocks), std::move(r.time)};
+      reserve = {e, std::move(*dealt), std::move(r.blocks), std::move(r.times)};
   }
   // that count's rounds on blocks that leave ranks free, the others first into those, the rest
   // of them packed apart

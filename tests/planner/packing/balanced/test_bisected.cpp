@@ -356,9 +356,9 @@ TEST_CASE("reserved_blocks: the world without other samples, else no one block's
     const std::vector<std::int32_t>& blocks = found.blocks;
     REQUIRE(blocks.size() == dealt->size());
     // the times and objective it returns are those of its blocks
-    REQUIRE(found.time.size() == blocks.size());
+    REQUIRE(found.times.size() == blocks.size());
     for (std::size_t m = 0; m < blocks.size(); ++m)
-      CHECK(found.time[m] == h.best((*dealt)[m], 0, blocks[m]).time);
+      CHECK(found.times[m] == h.best((*dealt)[m], 0, blocks[m]).time);
     CHECK(found.objective ==
           doctest::Approx(reserve_objective(h, *dealt, blocks, others, world)).epsilon(1e-12));
     if (others == 0) {

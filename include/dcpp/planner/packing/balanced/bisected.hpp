@@ -519,7 +519,7 @@ inline double reserve_objective(std::span<const double> time, std::span<const st
 //! block and the objective they reach.
 struct reserved_layout {
   std::vector<std::int32_t> blocks;
-  std::vector<double> time;
+  std::vector<double> times; // each round's time on its block
   double objective = 0;
 };
 template <workload_estimator Estimator>
