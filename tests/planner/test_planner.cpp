@@ -3,11 +3,16 @@
 
 #include "../helpers.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "dcpp/planner/packing/uniform_cp.hpp"
 #include "dcpp/planner/planner.hpp"
 #include "dcpp/workload/generators.hpp"
 
@@ -276,4 +281,83 @@ TEST_CASE("planner: an estimator's NaN, infinite, negative or overflowing costs 
                        "(length 1777) over its legal sizes sum to inf; loads and step times must "
                        "stay finite",
                        dcpp::error);
+}
+
+namespace {
+// A cost table, as the Python module builds one for a user's callable: it holds each length of
+// the batch at its legal sizes from the smallest that fits it, and records any other query
+// (where the table would have nothing to answer).
+struct table_like_cost {
+  std::shared_ptr<const std::set<std::pair<std::int64_t, std::int32_t>>> held;
+  std::shared_ptr<std::vector<std::pair<std::int64_t, std::int32_t>>> outside =
+      std::make_shared<std::vector<std::pair<std::int64_t, std::int32_t>>>();
+  double cost(std::int64_t length, std::int32_t cp) const {
+    if (held->count({length, cp}) == 0)
+      outside->emplace_back(length, cp);
+    // rises with the size past a few ranks: wide groups cost more than they save
+    const auto l = static_cast<double>(length);
+    return 1e-6 * l * (1 + 0.3 * cp) + 1e-12 * l * l / cp;
+  }
+};
+
+template <class Packing>
+std::vector<std::pair<std::int64_t, std::int32_t>>
+asked_outside(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths) {
+  const dcpp::problem pr = dcpp::make_problem(o, lengths);
+  auto held = std::make_shared<std::set<std::pair<std::int64_t, std::int32_t>>>();
+  for (std::size_t s = 0; s < pr.size(); ++s)
+    for (const std::int32_t cp : pr.cp_sizes)
+      if (cp >= pr.min_cp_of[s])
+        held->emplace(pr.lengths[s], cp);
+  const table_like_cost e{held};
+  const dcpp::planner<table_like_cost, Packing> p(o, e);
+  if (p.can_plan(lengths).ok()) // static_cp's one size may not divide a contiguous world
+    (void)p.make_plan(lengths);
+  return *e.outside;
+}
+} // namespace
+
+TEST_CASE("planner: every packing policy asks the estimator for legal sizes alone") {
+  // balanced's bisected construction weighed blocks of 14 ranks of 16 (8 + 6) at 6 ranks, whole
+  // blocks of 10 as one group, and halves above max_cp: a Python cost's table has no such entry,
+  // so dcpp.plan raised "the planner asked for cost(17893, 6), which the cost table does not
+  // hold" on a batch it should plan
+  dcpp::workload::rng r(0x1e9a1);
+  int planned = 0;
+  for (int trial = 0; trial < 48; ++trial) {
+    dcpp::plan_options o;
+    const bool aligned = trial % 3 != 2;
+    o.group_topology = aligned ? dcpp::topology::aligned : dcpp::topology::contiguous;
+    const std::int32_t worlds[] = {8, 16, 32, 12, 24, 6};
+    o.world_size = worlds[r.uniform_int(0, aligned ? 2 : 5)];
+    o.max_tokens_per_rank = std::int64_t{1024} << r.uniform_int(0, 4);
+    o.padding_unit = std::int64_t{1} << r.uniform_int(0, 2);
+    if (trial % 4 == 1)
+      o.max_cp = std::int32_t{1} << r.uniform_int(1, 3);
+    if (trial % 5 == 3 && o.world_size % 2 == 0)
+      o.min_cp = 2;
+    std::vector<std::int64_t> lengths(static_cast<std::size_t>(r.uniform_int(1, 160)));
+    const std::int64_t longest = dcpp::max_plannable_length(o);
+    for (std::int64_t& l : lengths)
+      l = dcpp::workload::clamp_length(std::exp(7.5 + 1.3 * r.normal()), 1, longest);
+    CAPTURE(trial);
+    CAPTURE(o.world_size);
+    CAPTURE(o.max_tokens_per_rank);
+    CAPTURE(o.max_cp);
+    CAPTURE(o.min_cp);
+    CAPTURE(aligned);
+    if (!dcpp::check_problem(o, lengths).ok())
+      continue;
+    ++planned;
+    const auto first = [](const auto& v) {
+      return v.empty()
+                 ? std::string("none")
+                 : "cost(" + std::to_string(v[0].first) + ", " + std::to_string(v[0].second) + ")";
+    };
+    CHECK(first(asked_outside<dcpp::balanced>(o, lengths)) == "none");
+    CHECK(first(asked_outside<dcpp::megatron_greedy>(o, lengths)) == "none");
+    CHECK(first(asked_outside<dcpp::static_cp>(o, lengths)) == "none");
+    CHECK(first(asked_outside<dcpp::uniform_cp>(o, lengths)) == "none");
+  }
+  CHECK(planned >= 40);
 }

@@ -113,8 +113,10 @@ private:
       out.time = 0;
       return out;
     }
-    if (const std::optional<double> t = one_group(s, ranks)) {
-      if (is_legal_group(pr_->options, first, ranks)) {
+    // one group where the block is a legal group (only then is the estimator asked for its
+    // size: a cost table, such as a Python cost's, holds the legal sizes alone)
+    if (is_legal_group(pr_->options, first, ranks)) {
+      if (const std::optional<double> t = one_group(s, ranks)) {
         out.time = *t;
         plan_group& g = out.groups.emplace_back();
         g.first_rank = first;
@@ -181,6 +183,20 @@ private:
     return load;
   }
 
+  //! Sample `us`'s load on a block of `ranks` as one group, which it fits (`min_cp_of` at most
+  //! `ranks`): its cost there where that is a legal size, else (a block of the aligned topology
+  //! that is no power of two, or one above `max_cp`) its cost on the largest legal size below,
+  //! spread over the block. The estimator is asked for legal sizes alone: a cost table, such as
+  //! a Python cost's, holds no other (the planner asked a Python cost for 6 ranks of 16).
+  [[nodiscard]] double block_load(std::size_t us, std::int32_t ranks) const {
+    const std::vector<std::int32_t>& sizes = pr_->cp_sizes;
+    const auto above = std::upper_bound(sizes.begin(), sizes.end(), ranks);
+    DCPP_EXPECTS(above != sizes.begin());
+    const std::int32_t legal = *(above - 1);
+    const double cost = sample_cost(*pr_, *estimator_, us, legal);
+    return legal == ranks ? cost : cost * legal / ranks;
+  }
+
   //! The two blocks `ranks` halves into, larger first: equal halves where that is legal
   //! (aligned: powers of two), else the largest power of two below and the rest (48 ranks:
   //! 32 + 16), for contiguous groups the larger and the smaller half. None below 2 ranks or
@@ -223,8 +239,8 @@ private:
       const bool on_lo = pr_->min_cp_of[us] <= lo, on_hi = pr_->min_cp_of[us] <= hi;
       if (!on_lo && !on_hi)
         return {}; // no split holds it
-      cost_lo[i] = on_lo ? sample_cost(*pr_, *estimator_, us, lo) : inf;
-      cost_hi[i] = on_hi ? sample_cost(*pr_, *estimator_, us, hi) : inf;
+      cost_lo[i] = on_lo ? block_load(us, lo) : inf;
+      cost_hi[i] = on_hi ? block_load(us, hi) : inf;
       tokens_lo[i] = on_lo ? pr_->rank_tokens(us, lo) : none;
       tokens_hi[i] = on_hi ? pr_->rank_tokens(us, hi) : none;
       area[i] = least_[at[i]];
