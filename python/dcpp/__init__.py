@@ -165,6 +165,17 @@ def _lengths(lengths: Any) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
+def _integer(name: str, value: Any, bits: int) -> int:
+    """``value`` for an option of ``bits`` bits: TypeError unless it is an integer (a bool is
+    not), ValueError naming the option outside the range (dcpp then checks its own limits)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__} {value!r}")
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if not lo <= int(value) <= hi:
+        raise ValueError(f"{name} = {int(value)} must be an integer from {lo} to {hi}")
+    return int(value)
+
+
 Estimator = Union[str, Calibration, Callable[[int, int], float]]
 
 
@@ -201,19 +212,19 @@ def plan(
     return Plan(
         _dcpp._plan(
             _lengths(lengths),
-            world_size,
-            max_tokens_per_rank,
+            _integer("world_size", world_size, 32),
+            _integer("max_tokens_per_rank", max_tokens_per_rank, 64),
             policy,
             estimator,
-            min_cp,
-            max_cp,
+            _integer("min_cp", min_cp, 32),
+            _integer("max_cp", max_cp, 32),
             topology,
-            microbatch_multiple,
-            padding_unit,
-            extra_microbatches,
+            _integer("microbatch_multiple", microbatch_multiple, 32),
+            _integer("padding_unit", padding_unit, 64),
+            _integer("extra_microbatches", extra_microbatches, 32),
             microbatch_overhead,
-            static_cp,
-            gpus_per_node,
+            _integer("static_cp", static_cp, 32),
+            None if gpus_per_node is None else _integer("gpus_per_node", gpus_per_node, 32),
             intra_node_bandwidth,
             inter_node_bandwidth,
         )

@@ -141,11 +141,23 @@ def test_bad_lengths_raise_valueerror_naming_the_sample(lengths, message):
         ({"gpus_per_node": 0}, "gpus_per_node = 0"),
         ({"inter_node_bandwidth": 0.0}, "inter_node_bandwidth = 0"),
         ({"estimator": "megatron", "gpus_per_node": 4}, "estimator megatron has none"),
+        # past the C++ integer: named here, not nanobind's "incompatible function arguments"
+        ({"world_size": 2**40}, "world_size = 1099511627776 must be an integer from -2147483648 "
+                                "to 2147483647"),
+        ({"max_tokens_per_rank": 2**63}, "max_tokens_per_rank = 9223372036854775808 must be"),
+        ({"microbatch_multiple": -2**31 - 1}, "microbatch_multiple = -2147483649 must be"),
+        ({"gpus_per_node": np.uint64(2**63)}, "gpus_per_node = 9223372036854775808 must be"),
+        # within it: dcpp's own limits
+        ({"world_size": 2**31 - 1}, "world_size = 2147483647 exceeds the limit 16777216"),
+        ({"microbatch_multiple": 5000}, "microbatch_multiple = 5000 exceeds the limit 1024"),
+        ({"world_size": "8"}, "world_size: expected an integer, got str '8'"),
+        ({"padding_unit": 2.0}, "padding_unit: expected an integer, got float 2.0"),
+        ({"world_size": True}, "world_size: expected an integer, got bool True"),
     ],
 )
 def test_bad_options_raise_with_the_option_and_value(kwargs, message):
     args = {"world_size": 8, "max_tokens_per_rank": 4096, **kwargs}
-    exc = TypeError if kwargs.get("estimator") == 3 else ValueError
+    exc = TypeError if ": expected " in message else ValueError  # a wrong type, else a value
     with pytest.raises(exc, match=re.escape(message)):
         dcpp.plan([100, 5000, 20000], **args)
 
@@ -192,6 +204,20 @@ def test_the_cost_callable_is_called_once_per_distinct_length_and_size():
             expected.add((n, cp))
             cp *= 2
     assert set(calls) == expected
+
+
+def test_a_cost_that_rises_with_the_size_plans_at_every_topology_and_max_cp():
+    # the planner asked the table for sizes it does not hold (6 of 16 ranks, halves above
+    # max_cp): "the planner asked for cost(17893, 6), which the cost table does not hold"
+    lengths = np.random.default_rng(0).lognormal(8, 1.2, 500).astype(np.int64) + 1
+
+    def cost(length, cp):
+        return 1e-6 * length * cp
+
+    for kwargs in ({}, {"max_cp": 8}, {"topology": "contiguous", "max_cp": 8}):
+        plan = dcpp.plan(lengths, 16, 16384, estimator=cost, **kwargs)
+        plan.validate()
+        assert plan.metrics["efficiency"] <= 1
 
 
 @pytest.mark.parametrize(
