@@ -241,9 +241,10 @@ def fit_calibration(
     its ``report`` says how well it fits. Raises ValueError on a fit the rows cannot determine."""
     if (rows is None) == (csv is None):
         raise ValueError("fit_calibration: give rows or csv (one of them)")
+    per_node = None if gpus_per_node is None else _integer("gpus_per_node", gpus_per_node, 32)
     if csv is not None:
-        return Calibration.from_csv(str(csv), gpus_per_node)
-    return Calibration.from_rows(list(rows), gpus_per_node)
+        return Calibration.from_csv(str(csv), per_node)
+    return Calibration.from_rows(list(rows), per_node)
 
 
 __all__.append("fit_calibration")

@@ -162,6 +162,30 @@ def test_bad_options_raise_with_the_option_and_value(kwargs, message):
         dcpp.plan([100, 5000, 20000], **args)
 
 
+@pytest.mark.parametrize(
+    "gpus_per_node, exc, message",
+    [
+        (2**40, ValueError, "gpus_per_node = 1099511627776 must be an integer from -2147483648 to 2147483647"),
+        (2**31, ValueError, "gpus_per_node = 2147483648 must be an integer from"),
+        ("8", TypeError, "gpus_per_node: expected an integer, got str '8'"),
+        (8.0, TypeError, "gpus_per_node: expected an integer, got float 8.0"),
+        (True, TypeError, "gpus_per_node: expected an integer, got bool True"),
+        (0, ValueError, "calibration: gpus_per_node = 0 must be >= 1"),
+        (-3, ValueError, "calibration: gpus_per_node = -3 must be >= 1"),
+    ],
+)
+def test_fit_calibration_refuses_a_bad_gpus_per_node_by_name(tmp_path, gpus_per_node, exc, message):
+    rows = [(n, cp, 1e-6 * n / cp + 2e-5 * (cp - 1)) for n in (500, 2000, 8000, 32000) for cp in (1, 2, 4, 8, 16)]
+    csv = tmp_path / "cal.csv"
+    csv.write_text("length,cp,seconds\n" + "".join(f"{n},{cp},{t:.9g}\n" for n, cp, t in rows))
+    for source in ({"rows": rows}, {"csv": str(csv)}):
+        with pytest.raises(exc, match=re.escape(message)):
+            dcpp.fit_calibration(**source, gpus_per_node=gpus_per_node)
+    # the same rows fit at a legal value, from both sources
+    assert dcpp.fit_calibration(rows=rows, gpus_per_node=4).report["rows"] == len(rows)
+    assert dcpp.fit_calibration(csv=str(csv), gpus_per_node=4).report["rows"] == len(rows)
+
+
 # ---- a cost written in Python -------------------------------------------------------------
 
 
