@@ -299,6 +299,13 @@ TEST_CASE("dcpp-plan: a number option's bad value names the option, the value an
       {"--microbatch-overhead -1e-9", "'-1e-9' is not a finite number >= 0"},
       {"--microbatch-overhead NaN", "'NaN' is not a finite number >= 0"},
       {"--microbatch-overhead fast", "'fast' is not a finite number >= 0"},
+      // finite, but past what the planner can sum: 1e308 GB/s is inf bytes/s ("inter_node
+      // bandwidth = inf bytes/s" before), 1.7e308 s twice is inf (a step time of inf, an
+      // efficiency of NaN and null in the plan JSON before)
+      {"--inter-node-bandwidth 1e308",
+       "--inter-node-bandwidth = 1e+308 GB/s must be above 0 and at most 1.7976931348623156e+299 "
+       "(bytes/s in a double)"},
+      {"--microbatch-overhead 1.7e308", "microbatch_overhead = 1.7e+308 exceeds the limit "},
   };
   for (const auto& c : cases) {
     fs::remove(json);

@@ -284,6 +284,91 @@ TEST_CASE("planner: an estimator's NaN, infinite, negative or overflowing costs 
 }
 
 namespace {
+// length / cp with a micro-batch overhead of its own
+struct priced_overhead {
+  double overhead = 0;
+  double cost(std::int64_t length, std::int32_t cp) const {
+    return static_cast<double>(length) / cp;
+  }
+  double microbatch_overhead() const { return overhead; }
+};
+template <class P>
+thrown overhead_error(double own, std::optional<double> option,
+                      const std::vector<std::int64_t>& lengths, std::int32_t multiple) {
+  dcpp::plan_options o = opts(8, 4096);
+  o.microbatch_overhead = option;
+  o.microbatch_multiple = multiple;
+  const dcpp::planner<priced_overhead, P> p(o, priced_overhead{own});
+  try {
+    const dcpp::plan plan = p.make_plan(lengths);
+    CHECK(std::isfinite(plan.metrics.estimated_step_time));
+    CHECK(std::isfinite(plan.metrics.efficiency));
+  } catch (const dcpp::error& e) {
+    return {e.code(), e.sample(), e.what()};
+  }
+  return {};
+}
+} // namespace
+
+TEST_CASE("planner: a micro-batch overhead no step time can carry is refused by name, under "
+          "every packing policy") {
+  // an overhead of 1e308 (the option or the estimator's) planned 60 samples in 30 micro-batches
+  // to a step time of inf and an efficiency of NaN (null in the plan JSON); the estimator's
+  // negative or NaN overhead planned, or failed later as the option's
+  dcpp::workload::rng r(0x0be4);
+  std::vector<std::int64_t> lengths(61);
+  for (auto& l : lengths)
+    l = r.uniform_int(100, 20000);
+  // no plan has more micro-batches than samples (61, to the multiple): the limit leaves room
+  // for them and the samples' areas over their legal sizes
+  double areas = 0;
+  for (const std::int64_t l : lengths)
+    for (std::int32_t cp = 1; cp <= 8; cp *= 2)
+      if (l <= std::int64_t{cp} * 4096)
+        areas += static_cast<double>(l);
+  const double limit = (std::numeric_limits<double>::max() - areas) / 61 * (1 - 1e-9);
+  const auto limit_text = fmt::format("{}", limit);
+  for (const auto& [policy, error_of] :
+       {std::pair{"balanced", &overhead_error<dcpp::balanced>},
+        std::pair{"megatron_greedy", &overhead_error<dcpp::megatron_greedy>},
+        std::pair{"static_cp", &overhead_error<dcpp::static_cp>}}) {
+    const std::string name = policy;
+    CAPTURE(name);
+    // the option
+    thrown t = error_of(0, 1e308, lengths, 1);
+    CHECK(t.code == dcpp::status_code::invalid_option);
+    CHECK(t.message == "microbatch_overhead = 1e+308 exceeds the limit " + limit_text +
+                           ": 61 micro-batches (a sample each) and the work must cost below the "
+                           "largest double");
+    // to the multiple: 64 micro-batches, a limit 61/64 of the one above
+    t = error_of(0, limit * 0.97, lengths, 16);
+    CHECK(t.message.starts_with(
+        fmt::format("microbatch_overhead = {} exceeds the limit ", limit * 0.97)));
+    CHECK(error_of(0, limit * 0.95, lengths, 16).message == "no error");
+    CHECK(t.message.find(": 64 micro-batches (a sample each, to a multiple of 16) and the work") !=
+          std::string::npos);
+    // the estimator's own
+    t = error_of(1e308, std::nullopt, lengths, 1);
+    CHECK(t.code == dcpp::status_code::invalid_cost);
+    CHECK(t.message.starts_with("estimator: microbatch_overhead() = 1e+308 exceeds the limit " +
+                                limit_text));
+    for (const double bad : {-1.0, std::numeric_limits<double>::quiet_NaN(),
+                             std::numeric_limits<double>::infinity()}) {
+      t = error_of(bad, std::nullopt, lengths, 1);
+      CHECK(t.code == dcpp::status_code::invalid_cost);
+      CHECK(t.message == fmt::format("estimator: microbatch_overhead() = {} must be finite and "
+                                     ">= 0",
+                                     bad));
+      // the option set, the estimator's own is not used
+      CHECK(error_of(bad, 0.5, lengths, 1).message == "no error");
+    }
+    // at the limit (and a little below, within the rounding of the sum) the plans are finite
+    CHECK(error_of(0, limit, lengths, 1).message == "no error");
+    CHECK(error_of(limit * 0.999, std::nullopt, lengths, 1).message == "no error");
+  }
+}
+
+namespace {
 // A cost table, as the Python module builds one for a user's callable: it holds each length of
 // the batch at its legal sizes from the smallest that fits it, and records any other query
 // (where the table would have nothing to answer).

@@ -3,11 +3,13 @@
 // same recorded estimator name, for the same input.
 #pragma once
 
+#include <limits>
 #include <optional>
 #include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <variant>
 #include <vector>
@@ -90,10 +92,20 @@ inline named_estimator estimator_from_spec(std::string_view spec, const network_
     device_spec device = preset->device();
     if (net.gpus_per_node)
       device.network.gpus_per_node = *net.gpus_per_node;
-    if (net.intra_node_gbytes)
-      device.network.intra_node.bytes_per_second = *net.intra_node_gbytes * 1e9;
-    if (net.inter_node_gbytes)
-      device.network.inter_node.bytes_per_second = *net.inter_node_gbytes * 1e9;
+    // GB/s to bytes/s, refused by the caller's name for the option where that is no positive
+    // finite number (1e300 GB/s would be inf bytes/s)
+    for (const auto& [gbytes, flag, tier] :
+         {std::tuple{net.intra_node_gbytes, say.intra_node, &device.network.intra_node},
+          std::tuple{net.inter_node_gbytes, say.inter_node, &device.network.inter_node}}) {
+      if (!gbytes)
+        continue;
+      constexpr double most = std::numeric_limits<double>::max() / 1e9;
+      if (!(*gbytes > 0 && *gbytes <= most))
+        throw error(status_code::invalid_option,
+                    fmt::format("{} = {} GB/s must be above 0 and at most {} (bytes/s in a double)",
+                                flag, *gbytes, most));
+      tier->bytes_per_second = *gbytes * 1e9;
+    }
     if (const status s = device.network.check(); !s)
       throw error(s.code, fmt::format("{} {}: {}", say.estimator, spec, s.message));
     const transformer_cost model(preset->model(), device);

@@ -7,7 +7,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -147,6 +150,9 @@ inline double sample_cost(const problem& pr, const Estimator& estimator, std::si
 struct least_work {
   double area_per_rank = 0;
   double longest = 0;
+  //! The samples' areas summed over every legal size at or above each one's smallest: a bound
+  //! on every load and on the sum of a plan's round times (0 where only the two terms were kept).
+  double all_areas = 0;
   [[nodiscard]] double bound() const noexcept { return std::max(area_per_rank, longest); }
 };
 
@@ -231,7 +237,7 @@ least_work compute_least_work(const problem& pr, const Estimator& estimator) {
                             "over their legal sizes sum to {}; loads and step times must stay "
                             "finite",
                             pr.size(), all));
-  return {area / pr.options.world_size, longest};
+  return {area / pr.options.world_size, longest, all};
 }
 } // namespace detail
 
@@ -288,6 +294,42 @@ double microbatch_overhead(const problem& pr, const Estimator& estimator) {
   return detail::batch_overhead(pr, estimator);
 }
 
+namespace detail {
+//! Throws for a micro-batch overhead no step time can carry: the estimator's own
+//! (`estimator_overhead`) NaN, infinite or negative (`invalid_cost`), or the option's or the
+//! estimator's so large that a plan of one micro-batch per sample (at least one, raised to the
+//! micro-batch multiple: no plan has more) would take longer than the largest double with the
+//! samples' work, `all_areas` (`invalid_option` for the option). The default share of the
+//! batch's work is within both.
+template <workload_estimator Estimator>
+void check_overhead(const problem& pr, const Estimator& estimator, double all_areas) {
+  const bool option = pr.options.microbatch_overhead.has_value();
+  const std::optional<double> value =
+      option ? pr.options.microbatch_overhead : estimator_overhead(estimator);
+  if (!value)
+    return;
+  const status_code code = option ? status_code::invalid_option : status_code::invalid_cost;
+  const std::string_view name = option ? "microbatch_overhead" : "estimator: microbatch_overhead()";
+  constexpr double largest = std::numeric_limits<double>::max();
+  if (!(*value >= 0 && *value <= largest))
+    throw error(code, fmt::format("{} = {} must be finite and >= 0", name, *value));
+  const std::int64_t rounds =
+      round_up<std::int64_t>(std::max<std::int64_t>(1, static_cast<std::int64_t>(pr.size())),
+                             pr.options.microbatch_multiple);
+  // (a billionth below the quotient: the products and sums of a step time round within it)
+  const double most = (largest - all_areas) / static_cast<double>(rounds) * (1 - 1e-9);
+  if (!(*value <= most))
+    throw error(
+        code,
+        fmt::format("{} = {} exceeds the limit {}: {} micro-batches (a sample each{}) and "
+                    "the work must cost below the largest double",
+                    name, *value, most, rounds,
+                    pr.options.microbatch_multiple == 1
+                        ? std::string()
+                        : fmt::format(", to a multiple of {}", pr.options.microbatch_multiple)));
+}
+} // namespace detail
+
 template <workload_estimator Estimator>
 void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_entries) {
   detail::tabulate_rows(pr, estimator, max_entries);
@@ -299,6 +341,7 @@ void tabulate_costs(problem& pr, const Estimator& estimator, std::size_t max_ent
   const least_work w = detail::compute_least_work(pr, estimator);
   pr.least_area_per_rank = w.area_per_rank;
   pr.least_longest = w.longest;
+  detail::check_overhead(pr, estimator, w.all_areas);
   if (!pr.options.microbatch_overhead && !estimator_overhead(estimator))
     pr.default_overhead = detail::batch_overhead(pr, estimator); // reads the least work kept
 }
