@@ -8,6 +8,7 @@ run in which micro-batch on which CP group of ranks. The planning runs in C++ wi
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
@@ -176,6 +177,26 @@ def _integer(name: str, value: Any, bits: int) -> int:
     return int(value)
 
 
+def _number(name: str, value: Any) -> Optional[float]:
+    """``value`` for a real-valued option (None stays None): TypeError unless it is a real number
+    (a bool is not), ValueError naming the option when it is past a double (dcpp then checks its
+    own limits: finite, the sign, what the batch can sum)."""
+    return None if value is None else _real(name, value)
+
+
+def _real(name: str, value: Any) -> float:
+    """``_number`` without None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except OverflowError:
+        digits = len(str(abs(int(value))))
+        raise ValueError(
+            f"{name} = an integer of {digits} digits is past the largest double (about 1.8e308)"
+        ) from None
+
+
 Estimator = Union[str, Calibration, Callable[[int, int], float]]
 
 
@@ -222,12 +243,35 @@ def plan(
             _integer("microbatch_multiple", microbatch_multiple, 32),
             _integer("padding_unit", padding_unit, 64),
             _integer("extra_microbatches", extra_microbatches, 32),
-            microbatch_overhead,
+            _number("microbatch_overhead", microbatch_overhead),
             _integer("static_cp", static_cp, 32),
             None if gpus_per_node is None else _integer("gpus_per_node", gpus_per_node, 32),
-            intra_node_bandwidth,
-            inter_node_bandwidth,
+            _number("intra_node_bandwidth", intra_node_bandwidth),
+            _number("inter_node_bandwidth", inter_node_bandwidth),
         )
+    )
+
+
+def _calibration_row(i: int, row: Any) -> tuple:
+    """Row ``i`` of ``fit_calibration``'s rows as the extension takes it, each field checked by
+    name (``rows[i] length``, ``cp``, ``seconds``): TypeError for a wrong type, ValueError for an
+    integer past 64 bits or a row of another shape (dcpp then checks the values)."""
+    where = f"rows[{i}]"
+    shape = f"{where}: expected (length, cp, seconds) or ('microbatch', seconds), got {row!r}"
+    if isinstance(row, (str, bytes)):
+        raise TypeError(shape)
+    try:
+        fields = tuple(row)
+    except TypeError:
+        raise TypeError(shape) from None
+    if len(fields) == 2 and isinstance(fields[0], str) and fields[0] == "microbatch":
+        return ("microbatch", _real(f"{where} seconds", fields[1]))
+    if len(fields) != 3:
+        raise ValueError(shape)
+    return (
+        _integer(f"{where} length", fields[0], 64),
+        _integer(f"{where} cp", fields[1], 64),
+        _real(f"{where} seconds", fields[2]),
     )
 
 
@@ -241,6 +285,8 @@ def fit_calibration(
     its ``report`` says how well it fits. Raises ValueError on a fit the rows cannot determine."""
     if (rows is None) == (csv is None):
         raise ValueError("fit_calibration: give rows or csv (one of them)")
+    if rows is not None:
+        rows = [_calibration_row(i, row) for i, row in enumerate(rows)]
     per_node = None if gpus_per_node is None else _integer("gpus_per_node", gpus_per_node, 32)
     if csv is not None:
         return Calibration.from_csv(str(csv), per_node)

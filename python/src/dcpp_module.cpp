@@ -139,28 +139,40 @@ calibration fit_rows(const nb::iterable& rows, std::optional<std::int32_t> gpus_
   std::size_t index = 0;
   for (nb::handle row : rows) {
     ++index;
-    const auto fields = nb::cast<std::vector<nb::object>>(nb::borrow(row));
-    dcpp::calibration_row r;
-    if (fields.size() == 2 && nb::isinstance<nb::str>(fields[0]) &&
-        nb::cast<std::string>(fields[0]) == "microbatch") {
-      r.microbatch = true;
-      r.seconds = nb::cast<double>(fields[1]);
-    } else if (fields.size() == 3) {
-      r.length = nb::cast<std::int64_t>(fields[0]);
-      const auto cp = nb::cast<std::int64_t>(fields[1]);
-      if (cp < 1 || cp > std::numeric_limits<std::int32_t>::max())
-        throw nb::value_error(fmt::format("rows[{}]: cp = {} must be in [1, {}]", index - 1, cp,
-                                          std::numeric_limits<std::int32_t>::max())
+    // a field of another type (dcpp.fit_calibration names it; Calibration.from_rows called
+    // directly raised RuntimeError 'std::bad_cast')
+    std::vector<nb::object> fields;
+    if (nb::isinstance<nb::str>(row) || !nb::try_cast(nb::borrow(row), fields))
+      fields.clear();
+    try {
+      dcpp::calibration_row r;
+      if (fields.size() == 2 && nb::isinstance<nb::str>(fields[0]) &&
+          nb::cast<std::string>(fields[0]) == "microbatch") {
+        r.microbatch = true;
+        r.seconds = nb::cast<double>(fields[1]);
+      } else if (fields.size() == 3) {
+        r.length = nb::cast<std::int64_t>(fields[0]);
+        const auto cp = nb::cast<std::int64_t>(fields[1]);
+        if (cp < 1 || cp > std::numeric_limits<std::int32_t>::max())
+          throw nb::value_error(fmt::format("rows[{}]: cp = {} must be in [1, {}]", index - 1, cp,
+                                            std::numeric_limits<std::int32_t>::max())
+                                    .c_str());
+        r.cp = static_cast<std::int32_t>(cp);
+        r.seconds = nb::cast<double>(fields[2]);
+      } else {
+        throw nb::value_error(fmt::format("rows[{}]: expected (length, cp, seconds) or "
+                                          "('microbatch', seconds), got {}",
+                                          index - 1, nb::repr(row).c_str())
                                   .c_str());
-      r.cp = static_cast<std::int32_t>(cp);
-      r.seconds = nb::cast<double>(fields[2]);
-    } else {
-      throw nb::value_error(fmt::format("rows[{}]: expected (length, cp, seconds) or "
-                                        "('microbatch', seconds), got {}",
-                                        index - 1, nb::repr(row).c_str())
-                                .c_str());
+      }
+      parsed.push_back(r);
+    } catch (const nb::cast_error&) {
+      throw nb::type_error(fmt::format("rows[{}]: expected (length, cp, seconds) with integer "
+                                       "length and cp (64 bits) and a number of seconds, or "
+                                       "('microbatch', seconds), got {}",
+                                       index - 1, nb::repr(row).c_str())
+                               .c_str());
     }
-    parsed.push_back(r);
   }
   auto named = dcpp::calibrated_from_rows(parsed, gpus_per_node, "calibrated");
   return {std::get<dcpp::calibrated_cost>(std::move(named.estimator)), named.name};

@@ -153,6 +153,16 @@ def test_bad_lengths_raise_valueerror_naming_the_sample(lengths, message):
         ({"world_size": "8"}, "world_size: expected an integer, got str '8'"),
         ({"padding_unit": 2.0}, "padding_unit: expected an integer, got float 2.0"),
         ({"world_size": True}, "world_size: expected an integer, got bool True"),
+        # finite, past what the planner can sum: inf bytes/s, a step time of inf
+        ({"inter_node_bandwidth": 1e300},
+         "inter_node_bandwidth = 1e+300 GB/s must be above 0 and at most 1.7976931348623156e+299"),
+        ({"microbatch_overhead": 1e308}, "microbatch_overhead = 1e+308 exceeds the limit "),
+        # a number option's type (nanobind's "incompatible function arguments" before)
+        ({"microbatch_overhead": "0.01"}, "microbatch_overhead: expected a number, got str '0.01'"),
+        ({"microbatch_overhead": True}, "microbatch_overhead: expected a number, got bool True"),
+        ({"intra_node_bandwidth": "300"}, "intra_node_bandwidth: expected a number, got str '300'"),
+        ({"inter_node_bandwidth": 10**400},
+         "inter_node_bandwidth = an integer of 401 digits is past the largest double"),
     ],
 )
 def test_bad_options_raise_with_the_option_and_value(kwargs, message):
@@ -184,6 +194,51 @@ def test_fit_calibration_refuses_a_bad_gpus_per_node_by_name(tmp_path, gpus_per_
     # the same rows fit at a legal value, from both sources
     assert dcpp.fit_calibration(rows=rows, gpus_per_node=4).report["rows"] == len(rows)
     assert dcpp.fit_calibration(csv=str(csv), gpus_per_node=4).report["rows"] == len(rows)
+
+
+CALIBRATION_ROWS = [(n, cp, 1e-6 * n / cp + 2e-5 * (cp - 1)) for n in (500, 2000, 8000, 32000) for cp in (1, 2, 4)]
+
+
+@pytest.mark.parametrize(
+    "row, exc, message",
+    [
+        # each was RuntimeError 'std::bad_cast' from the extension
+        ((1000, 1, "0.1"), TypeError, "rows[12] seconds: expected a number, got str '0.1'"),
+        ((1000.5, 1, 0.1), TypeError, "rows[12] length: expected an integer, got float 1000.5"),
+        (("microbatch", "x"), TypeError, "rows[12] seconds: expected a number, got str 'x'"),
+        ((2**70, 1, 0.1), ValueError, "rows[12] length = 1180591620717411303424 must be an integer from"),
+        ((True, 1, 0.1), TypeError, "rows[12] length: expected an integer, got bool True"),
+        ((1000, 1, None), TypeError, "rows[12] seconds: expected a number, got NoneType None"),
+        (None, TypeError, "rows[12]: expected (length, cp, seconds) or ('microbatch', seconds), got None"),
+        ("abc", TypeError, "rows[12]: expected (length, cp, seconds) or ('microbatch', seconds), got 'abc'"),
+        # the shape and the values, as before
+        ((1000, 1), ValueError, "rows[12]: expected (length, cp, seconds) or ('microbatch', seconds), got (1000, 1)"),
+        ((1000, 1, 0.1, 4), ValueError, "got (1000, 1, 0.1, 4)"),
+        ((1000, 2**40, 0.1), ValueError, "rows[12]: cp = 1099511627776 must be in [1, 2147483647]"),
+        ((1000, 1, float("nan")), ValueError, "seconds = nan must be a finite time > 0"),
+    ],
+)
+def test_fit_calibration_names_a_bad_row_and_field(row, exc, message):
+    with pytest.raises(exc, match=re.escape(message)):
+        dcpp.fit_calibration(rows=CALIBRATION_ROWS + [row])
+
+
+def test_calibration_rows_take_numpy_numbers_and_the_extension_names_a_bad_row():
+    plain = dcpp.fit_calibration(rows=CALIBRATION_ROWS)
+    as_numpy = dcpp.fit_calibration(rows=[(np.int64(n), np.int32(cp), np.float64(t)) for n, cp, t in CALIBRATION_ROWS])
+    assert as_numpy.report == plain.report
+    assert dcpp.fit_calibration(rows=np.array([(n, cp, 2) for n, cp, _ in CALIBRATION_ROWS])).report["rows"] == 12
+    # the extension's own entry point, called directly, names the row too
+    with pytest.raises(TypeError, match=re.escape("rows[12]: expected (length, cp, seconds) with integer length")):
+        dcpp.Calibration.from_rows(CALIBRATION_ROWS + [(1000, 1, "0.1")])
+
+
+def test_number_options_take_any_real_number():
+    lengths = [100, 5000, 20000, 700, 9000]
+    base = dcpp.plan(lengths, 8, 4096, microbatch_overhead=0.25, inter_node_bandwidth=20.0)
+    for overhead, rate in ((np.float32(0.25), 20), (np.float64(0.25), np.int64(20))):
+        other = dcpp.plan(lengths, 8, 4096, microbatch_overhead=overhead, inter_node_bandwidth=rate)
+        assert strip_timing(other.to_json()) == strip_timing(base.to_json())
 
 
 # ---- a cost written in Python -------------------------------------------------------------
