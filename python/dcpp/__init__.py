@@ -99,7 +99,11 @@ class Plan:
     def rank_samples(self, microbatch: int) -> list[np.ndarray]:
         """Per rank, the samples it runs in ``microbatch`` (every rank of a CP group lists the
         group's samples; an idle rank an empty array)."""
+        microbatch = _integer("microbatch", microbatch, 64)
         out = [np.empty(0, dtype=np.int32) for _ in range(self.world_size)]
+        count = len(self)
+        if not -count <= microbatch < count:
+            raise IndexError(f"microbatch {microbatch} is out of range: the plan has {count}")
         for g in self.microbatches[microbatch].groups:
             for r in g.ranks:
                 out[r] = g.samples
@@ -113,6 +117,12 @@ class Plan:
         sequences, as the THD attention kernels take them), ``first_rank``, ``cp``,
         ``rank_in_group`` and ``idle``. ``tokens[index[index >= 0]]`` gathers the rank's real
         tokens from a flat tensor of the batch."""
+        microbatch = _integer("microbatch", microbatch, 64)
+        rank = _integer("rank", rank, 32)
+        if microbatch < 0:  # the extension's index is unsigned
+            raise IndexError(f"microbatch {microbatch} is out of range: the plan has {len(self)}")
+        if padding_unit is not None:
+            padding_unit = _integer("padding_unit", padding_unit, 64)
         return self._native.route(microbatch, rank, padding_unit)
 
     # -- formats
@@ -122,11 +132,18 @@ class Plan:
 
     @staticmethod
     def from_json(text: str) -> "Plan":
-        """Reads a dcpp-plan/1 document (ValueError naming the field when malformed)."""
+        """Reads a dcpp-plan/1 document, a str or UTF-8 bytes (ValueError naming the field when
+        malformed)."""
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8")
+        if not isinstance(text, str):
+            raise TypeError(f"from_json: expected a str or bytes, got {type(text).__name__}")
         return Plan(_dcpp.Plan.from_json(text))
 
     def svg(self, title: str = "") -> str:
         """A picture of the plan (ranks across, micro-batches down)."""
+        if not isinstance(title, str):
+            raise TypeError(f"svg: title: expected a str, got {type(title).__name__} {title!r}")
         return self._native.svg(title)
 
     def validate(self) -> None:

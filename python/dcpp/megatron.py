@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from . import _integer
 from . import plan as _plan
 
 __all__ = ["DynamicCPScheduler"]
@@ -39,10 +40,15 @@ class DynamicCPScheduler:
                 raise TypeError(
                     f"DynamicCPScheduler: {reserved} is set by the scheduler's own arguments"
                 )
-        self.max_seq_len_per_rank = int(max_seq_len_per_rank)
-        self.total_gpus = int(total_gpus)
-        self.vpp_microbatch_group_size = vpp_microbatch_group_size
-        self.min_cp_size = int(min_cp_size)
+        # checked like dcpp.plan's options (int() took "4096" and cut 4096.7 to 4096)
+        self.max_seq_len_per_rank = _integer("max_seq_len_per_rank", max_seq_len_per_rank, 64)
+        self.total_gpus = _integer("total_gpus", total_gpus, 32)
+        self.vpp_microbatch_group_size = (
+            None
+            if vpp_microbatch_group_size is None
+            else _integer("vpp_microbatch_group_size", vpp_microbatch_group_size, 32)
+        )
+        self.min_cp_size = _integer("min_cp_size", min_cp_size, 32)
         self.options = {"estimator": "megatron", **dcpp_options}
         self.last_plan = None  #: the dcpp.Plan of the last call (metrics, JSON, picture)
 
@@ -52,7 +58,10 @@ class DynamicCPScheduler:
         """Per micro-batch, per GPU (0 .. total_gpus - 1), the sample ids that GPU runs. The GPUs
         of a CP group list the same ids, in the same order; a GPU idle in a micro-batch lists
         none. Every id appears in exactly one micro-batch, on the GPUs of one group."""
-        pairs = [(int(i), int(n)) for i, n in sample_id_seqlens]
+        # ids are integers; lengths go to dcpp.plan as given, which refuses a float (int() cut
+        # a length of 100.7 to 100 without a word)
+        pairs = [(_integer(f"sample_id_seqlens[{k}] id", i, 64), n)
+                 for k, (i, n) in enumerate(sample_id_seqlens)]
         ids = [i for i, _ in pairs]
         if len(set(ids)) != len(ids):
             seen: set[int] = set()

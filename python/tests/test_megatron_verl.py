@@ -1,5 +1,7 @@
 """The Megatron-LM drop-in holds Megatron's invariants on every shared workload; the verl helper
 gives each rank its share of a plan."""
+import re
+
 import numpy as np
 import pytest
 
@@ -87,6 +89,15 @@ def test_megatron_drop_in_errors():
         s.get_groups_and_subsamples([(0, 100), (1, 10**8)])
     with pytest.raises(TypeError, match="world_size is set by the scheduler"):
         DynamicCPScheduler(4096, 8, world_size=16)
+    # int() took "4096" and cut a length of 5000.7 to 5000 without a word
+    with pytest.raises(TypeError, match=re.escape("max_seq_len_per_rank: expected an integer, got str '4096'")):
+        DynamicCPScheduler("4096", 8)
+    with pytest.raises(TypeError, match=re.escape("total_gpus: expected an integer, got float 8.0")):
+        DynamicCPScheduler(4096, 8.0)
+    with pytest.raises(ValueError, match=re.escape("lengths: expected integers, got float64")):
+        s.get_groups_and_subsamples([(0, 100), (1, 5000.7)])
+    with pytest.raises(TypeError, match=re.escape("sample_id_seqlens[1] id: expected an integer, got str '1'")):
+        s.get_groups_and_subsamples([(0, 100), ("1", 5000)])
 
 
 def test_megatron_drop_in_takes_dcpp_options():

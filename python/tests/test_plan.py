@@ -384,3 +384,29 @@ def test_routes_cover_every_token_once_in_zigzag_order(padding_unit):
         p.route(len(p), 0)
     with pytest.raises(IndexError):
         p.route(0, p.world_size)
+
+
+def test_plan_methods_name_a_bad_argument():
+    # each was nanobind's "incompatible function arguments" with the whole signature (route,
+    # from_json, svg) or Python's "tuple indices must be integers" (rank_samples)
+    p = dcpp.plan([100, 5000, 20000, 700, 9000], 8, 4096)
+    cases = [
+        (lambda: p.route(0, "1"), TypeError, "rank: expected an integer, got str '1'"),
+        (lambda: p.route(0, 2**70), ValueError, "rank = 1180591620717411303424 must be an integer from"),
+        (lambda: p.route(-1, 0), IndexError, f"microbatch -1 is out of range: the plan has {len(p)}"),
+        (lambda: p.route(0, 0, padding_unit="2"), TypeError, "padding_unit: expected an integer, got str '2'"),
+        (lambda: p.route(0, 0, padding_unit=0), ValueError, "padding_unit = 0 must be >= 1"),
+        (lambda: p.rank_samples(1.0), TypeError, "microbatch: expected an integer, got float 1.0"),
+        (lambda: p.rank_samples(99), IndexError, f"microbatch 99 is out of range: the plan has {len(p)}"),
+        (lambda: dcpp.Plan.from_json(5), TypeError, "from_json: expected a str or bytes, got int"),
+        (lambda: p.svg(5), TypeError, "svg: title: expected a str, got int 5"),
+        (lambda: dcpp.verl.rank_schedule(p, "0"), TypeError, "rank: expected an integer, got str '0'"),
+    ]
+    for call, exc, message in cases:
+        with pytest.raises(exc, match=re.escape(message)):
+            call()
+    # numpy integers index, a negative micro-batch counts from the end in rank_samples, and
+    # UTF-8 bytes read as JSON
+    assert sorted(p.route(np.int64(0), np.int32(1))) == sorted(p.route(0, 1))
+    assert all(np.array_equal(a, b) for a, b in zip(p.rank_samples(-1), p.rank_samples(len(p) - 1)))
+    assert dcpp.Plan.from_json(p.to_json().encode()) == p
