@@ -8,6 +8,7 @@ run in which micro-batch on which CP group of ranks. The planning runs in C++ wi
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
@@ -194,6 +195,11 @@ def _integer(name: str, value: Any, bits: int) -> int:
     return int(value)
 
 
+def _optional_integer(name: str, value: Any, bits: int) -> Optional[int]:
+    """``_integer`` for an option that may be None (None stays None)."""
+    return None if value is None else _integer(name, value, bits)
+
+
 def _number(name: str, value: Any) -> Optional[float]:
     """``value`` for a real-valued option (None stays None): TypeError unless it is a real number
     (a bool is not), ValueError naming the option when it is past a double (dcpp then checks its
@@ -262,7 +268,7 @@ def plan(
             _integer("extra_microbatches", extra_microbatches, 32),
             _number("microbatch_overhead", microbatch_overhead),
             _integer("static_cp", static_cp, 32),
-            None if gpus_per_node is None else _integer("gpus_per_node", gpus_per_node, 32),
+            _optional_integer("gpus_per_node", gpus_per_node, 32),
             _number("intra_node_bandwidth", intra_node_bandwidth),
             _number("inter_node_bandwidth", inter_node_bandwidth),
         )
@@ -272,7 +278,8 @@ def plan(
 def _calibration_row(i: int, row: Any) -> tuple:
     """Row ``i`` of ``fit_calibration``'s rows as the extension takes it, each field checked by
     name (``rows[i] length``, ``cp``, ``seconds``): TypeError for a wrong type, ValueError for an
-    integer past 64 bits or a row of another shape (dcpp then checks the values)."""
+    integer past 64 bits, a length below 1, seconds that are no finite time above 0 or a row of
+    another shape (the extension then checks cp's range, as dcpp-plan's CSV reader does)."""
     where = f"rows[{i}]"
     shape = f"{where}: expected (length, cp, seconds) or ('microbatch', seconds), got {row!r}"
     if isinstance(row, (str, bytes)):
@@ -282,14 +289,22 @@ def _calibration_row(i: int, row: Any) -> tuple:
     except TypeError:
         raise TypeError(shape) from None
     if len(fields) == 2 and isinstance(fields[0], str) and fields[0] == "microbatch":
-        return ("microbatch", _real(f"{where} seconds", fields[1]))
+        return ("microbatch", _seconds(where, fields[1]))
     if len(fields) != 3:
         raise ValueError(shape)
-    return (
-        _integer(f"{where} length", fields[0], 64),
-        _integer(f"{where} cp", fields[1], 64),
-        _real(f"{where} seconds", fields[2]),
-    )
+    length = _integer(f"{where} length", fields[0], 64)
+    if length < 1:
+        raise ValueError(f"{where} length = {length} must be positive")
+    return (length, _integer(f"{where} cp", fields[1], 64), _seconds(where, fields[2]))
+
+
+def _seconds(where: str, value: Any) -> float:
+    """A calibration row's measured time: a finite number above 0 (the fit would refuse it, but
+    count the rows from 1)."""
+    seconds = _real(f"{where} seconds", value)
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"{where} seconds = {seconds} must be a finite time > 0")
+    return seconds
 
 
 def fit_calibration(
@@ -304,7 +319,7 @@ def fit_calibration(
         raise ValueError("fit_calibration: give rows or csv (one of them)")
     if rows is not None:
         rows = [_calibration_row(i, row) for i, row in enumerate(rows)]
-    per_node = None if gpus_per_node is None else _integer("gpus_per_node", gpus_per_node, 32)
+    per_node = _optional_integer("gpus_per_node", gpus_per_node, 32)
     if csv is not None:
         return Calibration.from_csv(str(csv), per_node)
     return Calibration.from_rows(list(rows), per_node)

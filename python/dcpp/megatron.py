@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from . import _integer
+from . import _integer, _optional_integer
 from . import plan as _plan
 
 __all__ = ["DynamicCPScheduler"]
@@ -43,10 +43,8 @@ class DynamicCPScheduler:
         # checked like dcpp.plan's options (int() took "4096" and cut 4096.7 to 4096)
         self.max_seq_len_per_rank = _integer("max_seq_len_per_rank", max_seq_len_per_rank, 64)
         self.total_gpus = _integer("total_gpus", total_gpus, 32)
-        self.vpp_microbatch_group_size = (
-            None
-            if vpp_microbatch_group_size is None
-            else _integer("vpp_microbatch_group_size", vpp_microbatch_group_size, 32)
+        self.vpp_microbatch_group_size = _optional_integer(
+            "vpp_microbatch_group_size", vpp_microbatch_group_size, 32
         )
         self.min_cp_size = _integer("min_cp_size", min_cp_size, 32)
         self.options = {"estimator": "megatron", **dcpp_options}

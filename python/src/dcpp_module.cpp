@@ -306,11 +306,7 @@ py_plan plan_py(const lengths_array& lengths_in, std::int32_t world_size,
       topology == "contiguous" ? dcpp::topology::contiguous : dcpp::topology::aligned;
   o.microbatch_multiple = microbatch_multiple;
   o.padding_unit = padding_unit;
-  if (microbatch_overhead && !(*microbatch_overhead >= 0 && std::isfinite(*microbatch_overhead)))
-    throw nb::value_error(
-        fmt::format("microbatch_overhead = {} must be finite and >= 0", *microbatch_overhead)
-            .c_str());
-  o.microbatch_overhead = microbatch_overhead;
+  o.microbatch_overhead = microbatch_overhead; // checked with the others by check_problem
   if (extra_microbatches < -1)
     throw nb::value_error(
         fmt::format("extra_microbatches = {} must be >= -1 (-1: up to as many again as the "
@@ -320,11 +316,7 @@ py_plan plan_py(const lengths_array& lengths_in, std::int32_t world_size,
   rq.policy = {policy, static_cp, extra_microbatches};
   if (gpus_per_node && *gpus_per_node < 1)
     throw nb::value_error(fmt::format("gpus_per_node = {} must be >= 1", *gpus_per_node).c_str());
-  for (const auto& [name, value] : {std::pair{"intra_node_bandwidth", intra_node_bandwidth},
-                                    std::pair{"inter_node_bandwidth", inter_node_bandwidth}})
-    if (value && !(*value > 0 && std::isfinite(*value)))
-      throw nb::value_error(
-          fmt::format("{} = {} must be a positive number of GB/s", name, *value).c_str());
+  // (the rates are checked where they apply: estimator_from_spec, in Python's spelling)
   rq.network = {gpus_per_node, intra_node_bandwidth, inter_node_bandwidth};
   dcpp::throw_if_failed(dcpp::check_problem(o, lengths));
 

@@ -139,7 +139,10 @@ def test_bad_lengths_raise_valueerror_naming_the_sample(lengths, message):
         ({"microbatch_overhead": float("nan")}, "microbatch_overhead = nan"),
         ({"extra_microbatches": -2}, "extra_microbatches = -2"),
         ({"gpus_per_node": 0}, "gpus_per_node = 0"),
-        ({"inter_node_bandwidth": 0.0}, "inter_node_bandwidth = 0"),
+        ({"inter_node_bandwidth": 0.0}, "inter_node_bandwidth = 0 GB/s must be above 0"),
+        ({"intra_node_bandwidth": float("nan")}, "intra_node_bandwidth = nan GB/s must be above 0"),
+        # where the rates do not apply, that is the message, whatever their value
+        ({"estimator": "megatron", "inter_node_bandwidth": -1.0}, "estimator megatron has none"),
         ({"estimator": "megatron", "gpus_per_node": 4}, "estimator megatron has none"),
         # past the C++ integer: named here, not nanobind's "incompatible function arguments"
         ({"world_size": 2**40}, "world_size = 1099511627776 must be an integer from -2147483648 "
@@ -215,7 +218,13 @@ CALIBRATION_ROWS = [(n, cp, 1e-6 * n / cp + 2e-5 * (cp - 1)) for n in (500, 2000
         ((1000, 1), ValueError, "rows[12]: expected (length, cp, seconds) or ('microbatch', seconds), got (1000, 1)"),
         ((1000, 1, 0.1, 4), ValueError, "got (1000, 1, 0.1, 4)"),
         ((1000, 2**40, 0.1), ValueError, "rows[12]: cp = 1099511627776 must be in [1, 2147483647]"),
-        ((1000, 1, float("nan")), ValueError, "seconds = nan must be a finite time > 0"),
+        # the values, named by the row as counted here (the fit counted from 1: 'calibration row 13')
+        ((1000, 1, float("nan")), ValueError, "rows[12] seconds = nan must be a finite time > 0"),
+        ((1000, 1, float("inf")), ValueError, "rows[12] seconds = inf must be a finite time > 0"),
+        ((1000, 1, 0), ValueError, "rows[12] seconds = 0.0 must be a finite time > 0"),
+        (("microbatch", -0.5), ValueError, "rows[12] seconds = -0.5 must be a finite time > 0"),
+        ((0, 1, 0.1), ValueError, "rows[12] length = 0 must be positive"),
+        ((-7, 2, 0.1), ValueError, "rows[12] length = -7 must be positive"),
     ],
 )
 def test_fit_calibration_names_a_bad_row_and_field(row, exc, message):

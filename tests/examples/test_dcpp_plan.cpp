@@ -435,6 +435,13 @@ TEST_CASE("dcpp-plan: hostile inputs are one-line errors, never an abort (issue 
                "> 0 (the calibration rows measured lengths 1000 to 4000");
   expect_error(write("l3.txt", "1000\n4000\n2000\n").string() + calibrated,
                "it falls as the length grows");
+  // a measured time that is no time: named by the file and line (the fit named a row number)
+  const fs::path nan_row =
+      write("nan_row.csv", "length,cp,seconds\n1000,1,2.0\n# 2K\n2000,2,nan\n4000,1,1.0\n");
+  expect_error(
+      write("l1.txt", "1000\n").string() +
+          " --world-size 2 --max-tokens-per-rank 16384 --estimator calibrated:" + nan_row.string(),
+      nan_row.string() + ":4: seconds = nan must be a finite time > 0");
   // a world too large for this machine's memory is refused by its limit, not by bad_alloc
   expect_error(write("w.txt", "100\n").string() + " --world-size 2147483647",
                "world_size = 2147483647 exceeds the limit 16777216");

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -90,6 +91,21 @@ TEST_CASE("batch_input: calibration CSV") {
   std::istringstream bad_cp("1024,0,0.01\n");
   CHECK_THROWS_WITH_AS(dcpp::read_calibration(bad_cp, "cal.csv"),
                        "cal.csv:1: cp = 0 must be in [1, 2147483647]", dcpp::error);
+  // the values the fit would refuse by row number, named here by file and line
+  for (const auto& [text, message] : {
+           std::pair{"1024,1,0.01\n2048,2,nan\n",
+                     "cal.csv:2: seconds = nan must be a finite time > 0"},
+           std::pair{"1024,1,-0.5\n", "cal.csv:1: seconds = -0.5 must be a finite time > 0"},
+           std::pair{"# t\n1024,1,0\n", "cal.csv:2: seconds = 0 must be a finite time > 0"},
+           std::pair{"1024,1,inf\n", "cal.csv:1: seconds = inf must be a finite time > 0"},
+           std::pair{"1024,1,1\nmicrobatch,-inf\n",
+                     "cal.csv:2: seconds = -inf must be a finite time > 0"},
+           std::pair{"1024,1,1\n0,2,0.5\n", "cal.csv:2: length = 0 must be positive"},
+           std::pair{"1024,1,1\n-5,2,0.5\n", "cal.csv:2: length = -5 must be positive"},
+       }) {
+    std::istringstream in(text);
+    CHECK_THROWS_WITH_AS(dcpp::read_calibration(in, "cal.csv"), message, dcpp::error);
+  }
   std::istringstream extra("1,1,1,1\n");
   CHECK_THROWS_WITH_AS(dcpp::read_calibration(extra, "cal.csv"), doctest::Contains("got more"),
                        dcpp::error);

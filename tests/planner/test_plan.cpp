@@ -10,8 +10,11 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/evaluate.hpp"
@@ -112,6 +115,50 @@ TEST_CASE("plan: evaluate fills times, tokens, idle ranks and metrics by hand") 
         doctest::Approx(p.metrics.lower_bound / p.metrics.estimated_step_time));
   CHECK(p.metrics.idle_rank_slots == 1);
   CHECK(p.metrics.min_microbatches == 1); // (750*4 + 900 + 100) / 4000 -> 1
+}
+
+TEST_CASE("plan: evaluate refuses an overhead its plan cannot carry on a problem never "
+          "tabulated") {
+  // tabulate_costs (every planner path) refuses such an overhead before packing; evaluate on a
+  // problem it never saw priced 2 micro-batches at 1e308 to a step time of inf and an
+  // efficiency of 0
+  auto o = opts(4, 1000);
+  o.microbatch_overhead = 1e308;
+  auto p = hand_plan();
+  CHECK_THROWS_WITH_AS(dcpp::evaluate(p, dcpp::make_problem(o, p.lengths), dcpp::megatron_cost{}),
+                       "microbatch_overhead = 1e+308: the plan's 2 micro-batches and their work "
+                       "cost inf, past the largest double",
+                       dcpp::error);
+  o.microbatch_overhead = 0.8e308; // 1.6e308 and the work: finite
+  dcpp::evaluate(p, dcpp::make_problem(o, p.lengths), dcpp::megatron_cost{});
+  CHECK(p.metrics.estimated_step_time == doctest::Approx(1.6e308));
+  // the estimator's own: too large, or no price at all (NaN, inf, negative: an efficiency
+  // above 1 for -1)
+  struct own {
+    double overhead;
+    double cost(std::int64_t length, std::int32_t cp) const {
+      return dcpp::megatron_cost{}.cost(length, cp);
+    }
+    double microbatch_overhead() const { return overhead; }
+  };
+  const auto pr = dcpp::make_problem(opts(4, 1000), p.lengths);
+  try {
+    dcpp::evaluate(p, pr, own{1e308});
+    FAIL("evaluate took an overhead of 1e308 on two micro-batches");
+  } catch (const dcpp::error& e) {
+    CHECK(e.code() == dcpp::status_code::invalid_cost);
+    CHECK(std::string(e.what()) == "estimator: microbatch_overhead() = 1e+308: the plan's 2 "
+                                   "micro-batches and their work cost inf, past the largest "
+                                   "double");
+  }
+  for (const double bad :
+       {-1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()})
+    CHECK_THROWS_WITH_AS(
+        dcpp::evaluate(p, pr, own{bad}),
+        fmt::format("estimator: microbatch_overhead() = {} must be finite and >= 0", bad).c_str(),
+        dcpp::error);
+  dcpp::evaluate(p, pr, own{2.5});
+  CHECK(p.metrics.microbatch_overhead == 2.5);
 }
 
 TEST_CASE("plan: lower_bound equals a brute-force minimum over every feasible cp") {

@@ -216,15 +216,21 @@ struct thrown {
   std::int64_t sample = -1;
   std::string message = "no error";
 };
-template <class P>
-thrown plan_error(const broken_cost& estimator, const std::vector<std::int64_t>& lengths) {
-  const dcpp::planner<broken_cost, P> p(opts(8, 4096), estimator);
+template <class Planner>
+thrown error_of_plan(const Planner& p, const std::vector<std::int64_t>& lengths) {
   try {
-    (void)p.make_plan(lengths);
+    const dcpp::plan plan = p.make_plan(lengths);
+    // a plan made is one a step time can describe
+    CHECK(std::isfinite(plan.metrics.estimated_step_time));
+    CHECK(std::isfinite(plan.metrics.efficiency));
   } catch (const dcpp::error& e) {
     return {e.code(), e.sample(), e.what()};
   }
   return {};
+}
+template <class P>
+thrown plan_error(const broken_cost& estimator, const std::vector<std::int64_t>& lengths) {
+  return error_of_plan(dcpp::planner<broken_cost, P>(opts(8, 4096), estimator), lengths);
 }
 } // namespace
 
@@ -298,15 +304,7 @@ thrown overhead_error(double own, std::optional<double> option,
   dcpp::plan_options o = opts(8, 4096);
   o.microbatch_overhead = option;
   o.microbatch_multiple = multiple;
-  const dcpp::planner<priced_overhead, P> p(o, priced_overhead{own});
-  try {
-    const dcpp::plan plan = p.make_plan(lengths);
-    CHECK(std::isfinite(plan.metrics.estimated_step_time));
-    CHECK(std::isfinite(plan.metrics.efficiency));
-  } catch (const dcpp::error& e) {
-    return {e.code(), e.sample(), e.what()};
-  }
-  return {};
+  return error_of_plan(dcpp::planner<priced_overhead, P>(o, priced_overhead{own}), lengths);
 }
 } // namespace
 

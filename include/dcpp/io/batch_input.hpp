@@ -168,12 +168,20 @@ inline std::vector<calibration_row> read_calibration(std::istream& in, std::stri
       const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
       return ec == std::errc() && end == text.data() + text.size();
     };
+    // (the fit refuses these too, by row; here they are named by file and line)
+    const auto check_seconds = [&](double seconds) {
+      if (!(seconds > 0 && seconds <= std::numeric_limits<double>::max()))
+        throw error(
+            status_code::parse_error,
+            fmt::format("{}:{}: seconds = {} must be a finite time > 0", source, line_no, seconds));
+    };
     if (count == 2 && fields[0] == "microbatch") {
       first_content = false;
       double seconds = 0;
       if (!parse_seconds(fields[1], seconds))
         throw error(status_code::parse_error,
                     fmt::format("{}:{}: '{}' is not 'microbatch,seconds'", source, line_no, line));
+      check_seconds(seconds);
       rows.push_back({0, 0, seconds, true});
       continue;
     }
@@ -192,10 +200,14 @@ inline std::vector<calibration_row> read_calibration(std::istream& in, std::stri
                   fmt::format("{}:{}: '{}' is not 'length,cp,seconds' nor 'microbatch,seconds'",
                               source, line_no, line));
     }
+    if (*length < 1)
+      throw error(status_code::parse_error,
+                  fmt::format("{}:{}: length = {} must be positive", source, line_no, *length));
     if (*cp < 1 || *cp > std::numeric_limits<std::int32_t>::max())
       throw error(status_code::parse_error,
                   fmt::format("{}:{}: cp = {} must be in [1, {}]", source, line_no, *cp,
                               std::numeric_limits<std::int32_t>::max()));
+    check_seconds(seconds);
     rows.push_back({*length, static_cast<std::int32_t>(*cp), seconds, false});
   }
   if (rows.empty())

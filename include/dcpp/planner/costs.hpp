@@ -279,54 +279,72 @@ double batch_overhead(const problem& pr, const Estimator& estimator) {
 }
 } // namespace detail
 
+namespace detail {
+//! Where the micro-batch overhead comes from: its name in messages and the code a bad value of
+//! it is refused with (the option's `invalid_option`, the estimator's own `invalid_cost`).
+struct overhead_source {
+  std::string_view name;
+  status_code code;
+};
+template <workload_estimator Estimator>
+overhead_source overhead_source_of(const problem& pr, const Estimator& estimator) {
+  if (pr.options.microbatch_overhead)
+    return {"microbatch_overhead", status_code::invalid_option};
+  if (estimator_overhead(estimator))
+    return {"estimator: microbatch_overhead()", status_code::invalid_cost};
+  return {"the default microbatch_overhead", status_code::invalid_cost};
+}
+} // namespace detail
+
 //! The price of one micro-batch the planner and the evaluation use, in the estimator's unit:
-//! the option `microbatch_overhead` when set, else the estimator's own (`estimator_overhead`),
+//! the option `microbatch_overhead` when set (`check_options` keeps it finite and >= 0), else
+//! the estimator's own (`estimator_overhead`; NaN, infinite or negative throws `invalid_cost`),
 //! else `default_microbatch_overhead_share` of the batch's mean micro-batch at the bound (worked
 //! out once by `tabulate_costs`, or here on a problem it never saw).
 template <workload_estimator Estimator>
 double microbatch_overhead(const problem& pr, const Estimator& estimator) {
   if (pr.options.microbatch_overhead)
     return *pr.options.microbatch_overhead;
-  if (const auto own = estimator_overhead(estimator))
+  if (const auto own = estimator_overhead(estimator)) {
+    if (!(*own >= 0 && *own <= std::numeric_limits<double>::max())) [[unlikely]]
+      throw error(
+          status_code::invalid_cost,
+          fmt::format("estimator: microbatch_overhead() = {} must be finite and >= 0", *own));
     return *own;
+  }
   if (!std::isnan(pr.default_overhead))
     return pr.default_overhead;
   return detail::batch_overhead(pr, estimator);
 }
 
 namespace detail {
-//! Throws for a micro-batch overhead no step time can carry: the estimator's own
-//! (`estimator_overhead`) NaN, infinite or negative (`invalid_cost`), or the option's or the
-//! estimator's so large that a plan of one micro-batch per sample (at least one, raised to the
-//! micro-batch multiple: no plan has more) would take longer than the largest double with the
-//! samples' work, `all_areas` (`invalid_option` for the option). The default share of the
-//! batch's work is within both.
+//! Throws for a micro-batch overhead (the option's or the estimator's own) so large that a plan
+//! of one micro-batch per sample (at least one, raised to the micro-batch multiple: no plan has
+//! more) would take longer than the largest double with the samples' work, `all_areas` (and,
+//! through `microbatch_overhead`, for the estimator's own that is NaN, infinite or negative).
+//! The default share of the batch's work is within the limit.
 template <workload_estimator Estimator>
 void check_overhead(const problem& pr, const Estimator& estimator, double all_areas) {
-  const bool option = pr.options.microbatch_overhead.has_value();
-  const std::optional<double> value =
-      option ? pr.options.microbatch_overhead : estimator_overhead(estimator);
-  if (!value)
+  if (!pr.options.microbatch_overhead && !estimator_overhead(estimator))
     return;
-  const status_code code = option ? status_code::invalid_option : status_code::invalid_cost;
-  const std::string_view name = option ? "microbatch_overhead" : "estimator: microbatch_overhead()";
-  constexpr double largest = std::numeric_limits<double>::max();
-  if (!(*value >= 0 && *value <= largest))
-    throw error(code, fmt::format("{} = {} must be finite and >= 0", name, *value));
+  const double value = microbatch_overhead(pr, estimator);
   const std::int64_t rounds =
       round_up<std::int64_t>(std::max<std::int64_t>(1, static_cast<std::int64_t>(pr.size())),
                              pr.options.microbatch_multiple);
   // (a billionth below the quotient: the products and sums of a step time round within it)
-  const double most = (largest - all_areas) / static_cast<double>(rounds) * (1 - 1e-9);
-  if (!(*value <= most))
+  const double most =
+      (std::numeric_limits<double>::max() - all_areas) / static_cast<double>(rounds) * (1 - 1e-9);
+  if (!(value <= most)) {
+    const overhead_source source = overhead_source_of(pr, estimator);
     throw error(
-        code,
+        source.code,
         fmt::format("{} = {} exceeds the limit {}: {} micro-batches (a sample each{}) and "
                     "the work must cost below the largest double",
-                    name, *value, most, rounds,
+                    source.name, value, most, rounds,
                     pr.options.microbatch_multiple == 1
                         ? std::string()
                         : fmt::format(", to a multiple of {}", pr.options.microbatch_multiple)));
+  }
 }
 } // namespace detail
 

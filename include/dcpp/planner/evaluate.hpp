@@ -12,7 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "dcpp/core/math.hpp"
+#include "dcpp/error.hpp"
 #include "dcpp/planner/cost_rows.hpp"
 #include "dcpp/planner/costs.hpp"
 #include "dcpp/planner/estimator.hpp"
@@ -614,10 +617,20 @@ void evaluate(plan& p, const problem& pr, const Estimator& estimator) {
     load_max = std::max(load_max, mb.time);
   }
   const double overhead = microbatch_overhead(pr, estimator);
-  step += static_cast<double>(p.microbatches.size()) * overhead;
-  p.metrics.estimated_step_time = step;
   const std::int32_t k_min = min_microbatches(pr);
+  // (first: on a problem `tabulate_costs` never saw, this checks the costs)
   p.metrics.lower_bound = detail::lower_bound(pr, estimator, k_min);
+  step += static_cast<double>(p.microbatches.size()) * overhead;
+  // `tabulate_costs` keeps the overhead within what any plan of its problem can carry; a plan
+  // evaluated on a problem it never saw, or with more micro-batches than samples, may not be
+  if (!(step <= std::numeric_limits<double>::max())) [[unlikely]] {
+    const detail::overhead_source source = detail::overhead_source_of(pr, estimator);
+    throw error(source.code,
+                fmt::format("{} = {}: the plan's {} micro-batches and their work cost {}, past "
+                            "the largest double",
+                            source.name, overhead, p.microbatches.size(), step));
+  }
+  p.metrics.estimated_step_time = step;
   p.metrics.efficiency = step > 0 ? p.metrics.lower_bound / step : 1.0;
   p.metrics.max_rank_load = load_max;
   const double slots = static_cast<double>(p.microbatches.size()) * p.world_size;
