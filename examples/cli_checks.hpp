@@ -36,6 +36,15 @@ inline CLI::Validator finite_above(double low) {
   return detail::finite_number(fmt::format("> {}", low), [low](double v) { return v > low; });
 }
 
+//! A number above 0 that a float holds without turning to 0 or inf: from the smallest normal
+//! float to the largest (e.g. a softmax scale, computed in float: 1e300 was 'scale = inf').
+inline CLI::Validator positive_float() {
+  constexpr float low = std::numeric_limits<float>::min();
+  constexpr float high = std::numeric_limits<float>::max();
+  return detail::finite_number(fmt::format("> 0 within a float ({} to {})", low, high),
+                               [](double v) { return v >= low && v <= high; });
+}
+
 //! A finite number of at least `low` (e.g. a time that may be 0).
 inline CLI::Validator finite_at_least(double low) {
   return detail::finite_number(fmt::format(">= {}", low), [low](double v) { return v >= low; });

@@ -328,10 +328,7 @@ int main(int argc, char** argv) {
       // [step]
       const std::vector<double> totals{loss_sum, loss_count};
       const auto mean = dcpp::global_token_mean(world, std::span<const double>(totals), 1);
-      if (mean.counts[0] != counted.counts[0])
-        throw dcpp::error(dcpp::status_code::invalid_length,
-                          fmt::format("step {}: {} loss tokens reduced, {} in the shards", step,
-                                      mean.counts[0], counted.counts[0]));
+      trainer::check_step(step, mean, counted, o.lr);
       for (std::size_t i = 0; i < params.data.size(); ++i) {
         velocity.data[i] = static_cast<float>(o.momentum) * velocity.data[i] + grad.data[i];
         params.data[i] -= static_cast<float>(o.lr) * velocity.data[i];

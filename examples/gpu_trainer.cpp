@@ -466,10 +466,7 @@ int main(int argc, char** argv) {
 
       const std::vector<double> totals{loss_sum, loss_count};
       const auto mean = dcpp::global_token_mean(world, std::span<const double>(totals), 1);
-      if (mean.counts[0] != counted.counts[0])
-        throw dcpp::error(dcpp::status_code::invalid_length,
-                          fmt::format("step {}: {} loss tokens reduced, {} in the shards", step,
-                                      mean.counts[0], counted.counts[0]));
+      trainer::check_step(step, mean, counted, o.lr);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::vector<double> tok{static_cast<double>(tokens)};

@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   app.add_option("--cp", in.cp, "ranks each sequence is split over (zigzag)")
       ->check(CLI::Range(1, 64));
   app.add_option("--scale", in.scale, "softmax scale (default 1/sqrt(head_dim))")
-      ->check(dcpp_cli::finite_above(0));
+      ->check(dcpp_cli::positive_float());
   app.add_option("--dtype", dtype,
                  "compute type: auto (the input's), fp32, fp16, bf16 (bf16 outputs are written "
                  "as float32)")

@@ -27,6 +27,7 @@
 #include <dcpp/dcpp.hpp>
 #include <dcpp/io/atomic_file.hpp>
 #include <dcpp/io/npy.hpp>
+#include <dcpp/loss/token_mean.hpp>
 #include <dcpp/route/fields.hpp>
 #include <dcpp/route/router.hpp>
 
@@ -130,6 +131,25 @@ inline double loss_tokens(const shard_type& shard) {
   return count;
 }
 
+//! Step `step`'s all-reduced loss, checked: its loss tokens are the shards' (`counted`, reduced
+//! before the forward), and its mean is a number (NaN or inf: the run has diverged, and every
+//! later step would train on it). Both are the same on every rank, so the ranks stop together.
+//! `step` counts from 0, the messages from 1 (as the progress lines do).
+inline void check_step(int step, const dcpp::token_mean& mean, const dcpp::token_mean& counted,
+                       double lr) {
+  if (mean.counts[0] != counted.counts[0])
+    throw dcpp::error(dcpp::status_code::invalid_length,
+                      fmt::format("step {}: {} loss tokens reduced, {} in the shards", step + 1,
+                                  mean.counts[0], counted.counts[0]));
+  if (!std::isfinite(mean.mean[0]))
+    throw dcpp::error(
+        dcpp::status_code::invalid_option,
+        fmt::format("step {}: the mean loss is {}: the training has diverged (try "
+                    "a smaller --lr than {})",
+                    step + 1, std::isnan(mean.mean[0]) ? "nan" : fmt::format("{}", mean.mean[0]),
+                    lr));
+}
+
 //! The command line both trainers take.
 struct options {
   int steps = 40, samples = 16;
@@ -145,7 +165,8 @@ struct options {
     app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, 100000));
     app.add_option("--samples", samples, "samples per step (over all ranks)")
         ->check(CLI::Range(1, 1 << 20));
-    app.add_option("--lr", lr, "SGD learning rate")->check(dcpp_cli::finite_above(0));
+    app.add_option("--lr", lr, "SGD learning rate (applied in float)")
+        ->check(dcpp_cli::positive_float());
     app.add_option("--momentum", momentum, "SGD momentum")->check(dcpp_cli::finite_in(0.0, 0.999));
     app.add_option("--max-tokens-per-rank", budget,
                    "token budget per rank and micro-batch (0, the default: 512, or 1024 on one "

@@ -148,6 +148,10 @@ TEST_CASE("cpu trainer: a NaN or infinite --lr or --momentum, or a signed --seed
       {"--lr nan", "--lr: 'nan' is not a finite number > 0"},
       {"--lr inf", "--lr: 'inf' is not a finite number > 0"},
       {"--lr 0", "--lr: '0' is not a finite number > 0"},
+      // the rate is applied in float: 1e300 was inf, and the weights NaN after one step
+      {"--lr 1e300", "--lr: '1e300' is not a finite number > 0 within a float (1.1754944e-38 to "
+                     "3.4028235e+38)"},
+      {"--lr 1e-50", "--lr: '1e-50' is not a finite number > 0 within a float"},
       {"--momentum nan", "--momentum: 'nan' is not a finite number from 0 to 0.999"},
       {"--momentum 1", "--momentum: '1' is not a finite number from 0 to 0.999"},
       // made samples of negative length (an "internal error" from std::vector)
@@ -166,6 +170,21 @@ TEST_CASE("cpu trainer: a NaN or infinite --lr or --momentum, or a signed --seed
     CHECK(run.err.find(needle) != std::string::npos);
     CHECK(run.out.find("step") == std::string::npos); // no step ran
   }
+}
+
+TEST_CASE("cpu trainer: a run that diverges stops on every rank, naming the step and --lr") {
+  // a loss of NaN was printed step after step, and the run exited 0 with NaN weights
+  const auto log = std::filesystem::temp_directory_path() / "dcpp_diverged_log.json";
+  std::filesystem::remove(log);
+  const auto run =
+      run_calibration(2, fmt::format("--steps 6 --lr 1e30 --log {}", log.string()), "diverge");
+  INFO(run.err << run.out);
+  CHECK(run.exit_code == 1);
+  CHECK(run.out.find("step    1/6") != std::string::npos); // the first step's loss is a number
+  CHECK(run.err.find("step 2: the mean loss is nan: the training has diverged (try a smaller "
+                     "--lr than 1e+30)") != std::string::npos);
+  CHECK(run.out.find("step    3/6") == std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(log)); // no log of a failed run
 }
 
 TEST_CASE("cpu trainer: an odd token budget trains (its samples end at the longest it can plan)") {

@@ -164,6 +164,15 @@ TEST_CASE("ring_attention_io: hostile inputs and failed writes (issue 22)") {
   std::tie(rc, err) = run_args(args("k8.npy", "k8.npy", "cu.npy", p("out8")));
   CHECK(rc == 0);
   CHECK(err == "ring_attention_io: note: the inputs are float64; computing and writing float32\n");
+  // a scale a float cannot hold: named as given (1e300 was 'rank 0: ring attention: scale =
+  // inf must be finite and positive'; 1e-50 was a scale of 0)
+  for (const char* scale : {"1e300", "1e-50"}) {
+    std::tie(rc, err) = run_args(args("k.npy", "k.npy", "cu.npy", p("out")) + " --scale " + scale);
+    CHECK(rc == 105); // CLI11's value check
+    CHECK(err.find(fmt::format("--scale: '{}' is not a finite number > 0 within a float "
+                               "(1.1754944e-38 to 3.4028235e+38)",
+                               scale)) != std::string::npos);
+  }
   // fractional and 2-D cu_seqlens are refused; zero-length sequences accepted
   std::tie(rc, err) = run_args(args("k.npy", "k.npy", "cu_frac.npy", p("out")));
   CHECK(err ==
