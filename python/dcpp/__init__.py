@@ -8,6 +8,7 @@ run in which micro-batch on which CP group of ranks. The planning runs in C++ wi
 
 from __future__ import annotations
 
+import collections.abc
 import math
 import numbers
 from dataclasses import dataclass
@@ -167,7 +168,22 @@ class Plan:
 
 
 def _lengths(lengths: Any) -> np.ndarray:
-    """The lengths as a contiguous int64 array: no copy when they already are one."""
+    """The lengths as a contiguous int64 array: no copy when they already are one. A sequence,
+    an array or any other iterable of integers (a generator is read once); TypeError for a str,
+    bytes or a single value."""
+    array_like = isinstance(lengths, np.ndarray) or hasattr(lengths, "__array__")  # torch too
+    if isinstance(lengths, (str, bytes)) or not (
+        array_like or isinstance(lengths, collections.abc.Iterable)
+    ):
+        shown = repr(lengths)
+        if len(shown) > 60:
+            shown = f"{shown[:40]}... ({len(shown)} characters)"
+        raise TypeError(
+            f"lengths: expected a sequence, an array or an iterable of integers, got "
+            f"{type(lengths).__name__} {shown}"
+        )
+    if not (array_like or isinstance(lengths, collections.abc.Sequence)):
+        lengths = list(lengths)  # a generator, a dict's values: read once, in order
     a = np.asarray(lengths)
     if a.size == 0 and a.dtype.kind == "f":
         a = a.astype(np.int64)  # an empty list; dcpp then says the batch is empty

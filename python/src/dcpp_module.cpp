@@ -112,10 +112,23 @@ std::shared_ptr<const cost_table> tabulate(const nb::callable& fn, const dcpp::p
         continue;
       const nb::object result = fn(length, cp);
       double value = 0;
-      if (!nb::try_cast(result, value))
-        throw nb::value_error(fmt::format("estimator: cost({}, {}) returned {}, not a number",
-                                          length, cp, nb::repr(result).c_str())
-                                  .c_str());
+      if (!nb::try_cast(result, value)) {
+        if (nb::isinstance<nb::int_>(result) && !nb::isinstance<nb::bool_>(result)) {
+          // an int past a double: its digits (a sign aside), not the digits themselves
+          const std::string digits = nb::str(result).c_str();
+          throw nb::value_error(
+              fmt::format("estimator: cost({}, {}) returned an integer of {} digits, past the "
+                          "largest double",
+                          length, cp, digits.size() - (digits.front() == '-' ? 1 : 0))
+                  .c_str());
+        }
+        std::string shown = nb::repr(result).c_str();
+        if (shown.size() > 60)
+          shown = fmt::format("{}... ({} characters)", shown.substr(0, 40), shown.size());
+        throw nb::value_error(
+            fmt::format("estimator: cost({}, {}) returned {}, not a number", length, cp, shown)
+                .c_str());
+      }
       if (!std::isfinite(value) || value < 0)
         throw nb::value_error(fmt::format("estimator: cost({}, {}) = {}; a cost must be finite "
                                           "and >= 0",

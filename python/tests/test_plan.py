@@ -126,6 +126,20 @@ def test_bad_lengths_raise_valueerror_naming_the_sample(lengths, message):
         dcpp.plan(lengths, 8, 4096)
 
 
+def test_lengths_take_any_iterable_and_refuse_a_single_value_by_type():
+    lengths = [100, 5000, 20000, 700, 9000]
+    base = strip_timing(dcpp.plan(lengths, 8, 4096).to_json())
+    # a generator, a range, a dict's values: read once, in order (a generator was 'got shape ()')
+    for same in ((n for n in lengths), tuple(lengths), {i: n for i, n in enumerate(lengths)}.values()):
+        assert strip_timing(dcpp.plan(same, 8, 4096).to_json()) == base
+    assert dcpp.plan(range(1, 100), 8, 4096).metrics["efficiency"] > 0
+    for bad, shown in (("12345", "str '12345'"), (b"12", "bytes b'12'"), (4096, "int 4096"),
+                       (None, "NoneType None"), ("9" * 100, "str '" + "9" * 39 + "... (102 characters)")):
+        with pytest.raises(TypeError, match=re.escape(
+                f"lengths: expected a sequence, an array or an iterable of integers, got {shown}")):
+            dcpp.plan(bad, 8, 4096)
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
@@ -315,6 +329,9 @@ def test_a_cost_that_rises_with_the_size_plans_at_every_topology_and_max_cp():
         (lambda n, cp: -1.0, "= -1; a cost must be finite and >= 0"),
         (lambda n, cp: float("inf"), "= inf"),
         (lambda n, cp: "fast", "returned 'fast', not a number"),
+        # a huge value is shown cut (it was all 401 digits), and said to be past a double
+        (lambda n, cp: 10**400, "returned an integer of 401 digits, past the largest double"),
+        (lambda n, cp: [0.5] * 1000, "returned " + repr([0.5] * 1000)[:40] + "... (5000 characters), not a number"),
     ],
 )
 def test_bad_costs_are_refused_with_the_length_and_size(cost, message):
