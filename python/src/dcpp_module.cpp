@@ -457,7 +457,11 @@ NB_MODULE(_dcpp, m) {
       .def_static(
           "from_json",
           [](const std::string& text) {
-            return py_plan{dcpp::read_plan_json(text), dcpp::read_plan_options_json(text)};
+            // checked as it is read: route, rank_samples and svg index by its sample ids and
+            // ranks (a sample id past the lengths read past them)
+            py_plan out{dcpp::read_plan_json(text), dcpp::read_plan_options_json(text)};
+            dcpp::throw_if_failed(dcpp::validate(out.plan, out.options));
+            return out;
           },
           "text"_a)
       .def(

@@ -375,12 +375,37 @@ def test_json_round_trip_svg_and_validate():
     p.validate()
     doc = json.loads(p.to_json())
     doc["microbatches"][0]["groups"][0]["samples"].append(0)  # sample 0 twice
-    with pytest.raises(ValueError, match="sample 0"):
-        dcpp.Plan.from_json(json.dumps(doc)).validate()
+    with pytest.raises(ValueError, match="sample 0 appears twice"):
+        dcpp.Plan.from_json(json.dumps(doc))
     with pytest.raises(ValueError, match="world_size"):
         dcpp.Plan.from_json('{"format": "dcpp-plan/1"}')
     with pytest.raises(ValueError, match="not valid JSON"):
         dcpp.Plan.from_json("{")
+
+
+def test_from_json_refuses_a_plan_that_is_not_one():
+    # read unchecked, these routed (a sample id past the lengths read past them in C++), drew
+    # and counted "-8 ranks", or failed in rank_samples with "list assignment index out of range"
+    p = dcpp.plan([1830, 65536, 412, 7000, 300], 16, 8192)
+
+    def edited(edit):
+        doc = json.loads(p.to_json())
+        edit(doc)
+        return json.dumps(doc)
+
+    def group(doc):
+        return doc["microbatches"][0]["groups"][0]
+
+    cases = [
+        (lambda d: d.update(world_size=-8), "world_size = -8 differs from the options' 16"),
+        (lambda d: group(d).update(samples=[99]), "sample id 99 is outside [0, 5)"),
+        (lambda d: group(d).update(first_rank=2**30), "is not a legal aligned group"),
+        (lambda d: group(d).update(samples=[]), "no samples"),
+        (lambda d: d["lengths"].__setitem__(0, -1), "sample 0: length = -1 must be positive"),
+    ]
+    for edit, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            dcpp.Plan.from_json(edited(edit))
 
 
 @pytest.mark.parametrize("padding_unit", [1, 4])
