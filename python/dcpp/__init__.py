@@ -169,8 +169,8 @@ class Plan:
 
 def _lengths(lengths: Any) -> np.ndarray:
     """The lengths as a contiguous int64 array: no copy when they already are one. A sequence,
-    an array or any other iterable of integers (a generator is read once); TypeError for a str,
-    bytes or a single value."""
+    an array or any other ordered iterable of integers (a generator is read once); TypeError for
+    a str, bytes, a single value or a set."""
     array_like = isinstance(lengths, np.ndarray) or hasattr(lengths, "__array__")  # torch too
     if isinstance(lengths, (str, bytes)) or not (
         array_like or isinstance(lengths, collections.abc.Iterable)
@@ -181,6 +181,12 @@ def _lengths(lengths: Any) -> np.ndarray:
         raise TypeError(
             f"lengths: expected a sequence, an array or an iterable of integers, got "
             f"{type(lengths).__name__} {shown}"
+        )
+    if isinstance(lengths, (set, frozenset)):
+        # a sample's id is its position, and a set has neither positions nor repeated lengths
+        raise TypeError(
+            f"lengths: a {type(lengths).__name__} has no order and holds each length once; "
+            "sample ids are positions: give a list"
         )
     if not (array_like or isinstance(lengths, collections.abc.Sequence)):
         lengths = list(lengths)  # a generator, a dict's values: read once, in order

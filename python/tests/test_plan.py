@@ -138,6 +138,10 @@ def test_lengths_take_any_iterable_and_refuse_a_single_value_by_type():
         with pytest.raises(TypeError, match=re.escape(
                 f"lengths: expected a sequence, an array or an iterable of integers, got {shown}")):
             dcpp.plan(bad, 8, 4096)
+    # a set would plan its lengths in hash order, each once: sample ids are positions
+    for unordered in ({100, 5000, 100}, frozenset(lengths)):
+        with pytest.raises(TypeError, match=re.escape("has no order and holds each length once")):
+            dcpp.plan(unordered, 8, 4096)
 
 
 @pytest.mark.parametrize(
