@@ -336,6 +336,8 @@ def test_a_cost_that_rises_with_the_size_plans_at_every_topology_and_max_cp():
         # a huge value is shown cut (it was all 401 digits), and said to be past a double
         (lambda n, cp: 10**400, "returned an integer of 401 digits, past the largest double"),
         (lambda n, cp: [0.5] * 1000, "returned " + repr([0.5] * 1000)[:40] + "... (5000 characters), not a number"),
+        # cut by characters, not bytes (a cut inside a character was a UnicodeDecodeError)
+        (lambda n, cp: "é" * 100, "returned " + repr("é" * 100)[:40] + "... (102 characters), not a number"),
     ],
 )
 def test_bad_costs_are_refused_with_the_length_and_size(cost, message):
