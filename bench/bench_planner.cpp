@@ -183,6 +183,16 @@ void run_corners(const transformer_cost& estimator, int repeats) {
   };
   contiguous_ranks("megatron_greedy", megatron_greedy{});
   contiguous_ranks("balanced", balanced{});
+  // the largest worlds: the work per legal size (a contiguous world has one per rank) must stay
+  // small (per-size heaps for every size took 4 GB and 25 s at 2^24 ranks)
+  corners.push_back({"balanced contiguous, 2 samples (100K, 5K), ranks",
+                     {65536, 1048576, 4194304, 16777216},
+                     [&](std::int64_t world) {
+                       plan_options o;
+                       o.world_size = static_cast<std::int32_t>(world);
+                       o.group_topology = topology::contiguous;
+                       return plan_ms(o, {100000, 5000}, estimator, balanced{}, 1);
+                     }});
   corners.push_back({"balanced, 1,024 ranks, samples <= 8K, samples",
                      {65536, 131072, 262144, 1000000},
                      [&](std::int64_t n) {

@@ -277,9 +277,7 @@ double batch_overhead(const problem& pr, const Estimator& estimator) {
   return default_microbatch_overhead_share * least_work_of(pr, estimator).bound() /
          static_cast<double>(fewest_microbatches(pr));
 }
-} // namespace detail
 
-namespace detail {
 //! Where the micro-batch overhead comes from: its name in messages and the code a bad value of
 //! it is refused with (the option's `invalid_option`, the estimator's own `invalid_cost`).
 struct overhead_source {

@@ -249,18 +249,26 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
   std::int64_t spare_tokens = rounds_allowed * world * budget - start.rank_tokens;
   std::vector<microbatch_state> rounds;
   const std::size_t sizes = costs.sizes();
-  // per CP size: (load, group of the round) and (tokens, group); a group's tokens stay within
-  // the budget (below 2^37) and its index within the world (below 2^26), so a (tokens, group)
-  // entry packs into 64 bits
-  std::vector<indexed_heap<double>> by_load(sizes);
+  // per CP size with a group: (load, group of the round) and (tokens, group); a group's tokens
+  // stay within the budget (below 2^37) and its index within the world (below 2^26), so a
+  // (tokens, group) entry packs into 64 bits. Made when the first group of the size opens and
+  // reached through `heaps_of` (-1: none yet), so a world of many legal sizes does not pay for
+  // all of them (a contiguous world of 2^24 ranks has 2^24: heaps for each took 4 GB on 2
+  // samples).
   constexpr int token_bits = 38;
   static_assert(max_tokens_per_rank_limit < std::int64_t{1} << (token_bits - 1) &&
                 max_world_size <= std::int64_t{1} << (64 - token_bits));
-  std::vector<indexed_heap<std::int64_t, token_bits>> by_tokens(sizes);
+  struct size_heaps {
+    std::size_t size_index = 0;
+    indexed_heap<double> by_load;
+    indexed_heap<std::int64_t, token_bits> by_tokens;
+  };
+  std::vector<size_heaps> heaps;
+  std::vector<std::int32_t> heaps_of(sizes, -1);
   // A quick, exact "no" for a sample that fits no group of the round (most visits of a full
   // round): per CP size the most token room of any group (-1: none; rooms only shrink in a
-  // round), and per sample the largest size its search would look at (the area limit), worked
-  // out once per (sample, size).
+  // round; a size's heaps hold an entry exactly when its room is >= 0), and per sample the
+  // largest size its search would look at (the area limit), worked out once per (sample, size).
   std::vector<std::int64_t> room(sizes, -1);
   const auto cost_at = [&](const levelled_slot& x, std::int32_t c) {
     return costs.row_cost(x.row, c);
@@ -328,10 +336,10 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
     const auto tokens_of = [&mb](std::int32_t id) {
       return mb.groups()[static_cast<std::size_t>(id)].tokens;
     };
-    for (std::size_t l = 0; l < sizes; ++l) {
-      by_load[l].clear();
-      by_tokens[l].clear();
-      room[l] = -1;
+    for (size_heaps& h : heaps) {
+      h.by_load.clear();
+      h.by_tokens.clear();
+      room[h.size_index] = -1;
     }
     deferred.clear();
     // the round's level: what a rank full of tokens costs at the token-weighted mean work per
@@ -350,8 +358,8 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
       level_cost = work / static_cast<double>(filled) * static_cast<double>(budget);
     }
     const auto room_left = [&] {
-      for (std::size_t l = 0; l < sizes; ++l)
-        if (const auto t = by_tokens[l].top(); t && budget - t->first >= min_tokens)
+      for (const size_heaps& h : heaps)
+        if (const std::int64_t r = room[h.size_index]; r >= 0 && r >= min_tokens)
           return true;
       return false;
     };
@@ -422,11 +430,11 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
           const double w2 = c2 == c ? x.cost : cost_at(x, c2);
           const std::int64_t t2 = c2 == c ? x.tokens : tokens_at(x, c2);
           const std::size_t l = costs.size_index(c2);
-          const auto roomiest = by_tokens[l].top();
-          if (!roomiest || roomiest->first + t2 > budget)
-            continue;
-          std::int32_t found = roomiest->second;
-          by_load[l].visit(tuning.candidates_per_size, [&](const auto& e) {
+          if (room[l] < t2)
+            continue; // no group of this size has the token room (or none is open)
+          size_heaps& h = heaps[static_cast<std::size_t>(heaps_of[l])];
+          std::int32_t found = h.by_tokens.top()->second; // the roomiest
+          h.by_load.visit(tuning.candidates_per_size, [&](const auto& e) {
             if (tokens_of(e.second) + t2 > budget)
               return false;
             found = e.second;
@@ -444,16 +452,16 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
         // a larger group with slack up to the round's maximum and token room
         for (const std::int32_t c2 : cp_ladder{std::int64_t{c} * 2, max_cp}) {
           const std::size_t l = costs.size_index(c2);
-          const auto least = by_load[l].top();
-          if (!least)
-            continue;
+          if (room[l] < 0)
+            continue; // no group of this size is open
+          size_heaps& h = heaps[static_cast<std::size_t>(heaps_of[l])];
           const double w2 = cost_at(x, c2);
           if (w2 * c2 > tuning.ride_area * x.cost * x.cp)
             break; // larger sizes cost more area still
           const std::int64_t t2 = tokens_at(x, c2);
-          if (least->first + w2 > round_max || by_tokens[l].top()->first + t2 > budget)
+          if (h.by_load.top()->first + w2 > round_max || room[l] < t2)
             continue; // no group of this size has the slack, or none the token room
-          by_load[l].visit(tuning.candidates_per_size, [&](const auto& e) {
+          h.by_load.visit(tuning.candidates_per_size, [&](const auto& e) {
             if (e.first + w2 > round_max)
               return true; // the rest are loaded more
             if (tokens_of(e.second) + t2 > budget)
@@ -526,9 +534,14 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
       auto& g = mb.groups()[static_cast<std::size_t>(chosen)];
       mb.add(chosen, x.id, x.tokens, x.cost);
       round_max = std::max(round_max, g.load);
-      by_load[l].set(g.load, chosen);
-      by_tokens[l].set(g.tokens, chosen);
-      room[l] = budget - by_tokens[l].top()->first;
+      if (heaps_of[l] < 0) {
+        heaps_of[l] = static_cast<std::int32_t>(heaps.size());
+        heaps.emplace_back().size_index = l;
+      }
+      size_heaps& h = heaps[static_cast<std::size_t>(heaps_of[l])];
+      h.by_load.set(g.load, chosen);
+      h.by_tokens.set(g.tokens, chosen);
+      room[l] = budget - h.by_tokens.top()->first;
     }
     rounds.push_back(std::move(mb));
     remaining.swap(deferred);

@@ -27,18 +27,22 @@ namespace dcpp::detail {
 //! groups is filed again: up to a thousand on 1,024 ranks). Each has `reset(sizes)`,
 //! `file(size, id, key)` (files the group under size index `size`, moving it from where it was
 //! filed), `drop(id)` (unfiles it, if filed) and `walk(size, f)` (`f(entry)` in order until it
-//! returns true).
+//! returns true). A size's set or heap is made when a group is first filed under it: a world
+//! of many legal sizes (contiguous, 2^20 ranks) does not pay for the sizes no group has.
 class set_headroom_index {
 public:
   void reset(std::size_t sizes) {
     sets_.clear();
     filed_.clear();
-    for (std::size_t l = 0; l < sizes; ++l)
-      sets_.emplace_back(node_allocator<keyed>(arena_));
+    set_of_.assign(sizes, none);
   }
   void file(std::size_t size, std::int32_t id, double key) {
     drop(id); // unfiles it, and sizes filed_ to hold id (written below)
-    sets_[size].emplace(key, id);
+    if (set_of_[size] == none) {
+      set_of_[size] = static_cast<std::int32_t>(sets_.size());
+      sets_.emplace_back(node_allocator<keyed>(arena_));
+    }
+    sets_[static_cast<std::size_t>(set_of_[size])].emplace(key, id);
     filed_[static_cast<std::size_t>(id)] = std::pair(size, key);
   }
   void drop(std::int32_t id) {
@@ -46,29 +50,34 @@ public:
     if (u >= filed_.size())
       filed_.resize(u + 1, std::nullopt);
     if (const auto& at = filed_[u]) {
-      sets_[at->first].erase({at->second, id});
+      sets_[static_cast<std::size_t>(set_of_[at->first])].erase({at->second, id});
       filed_[u].reset();
     }
   }
   template <class F>
   void walk(std::size_t size, F&& f) const {
-    for (const keyed& e : sets_[size])
+    if (set_of_[size] == none)
+      return;
+    for (const keyed& e : sets_[static_cast<std::size_t>(set_of_[size])])
       if (f(e))
         return;
   }
 
 private:
   using keyed = std::pair<double, std::int32_t>;
+  static constexpr std::int32_t none = -1;
   // one node per entry, from an arena that lives as long as the index (no malloc per update)
   node_arena arena_;
   std::vector<std::set<keyed, std::less<keyed>, node_allocator<keyed>>> sets_;
+  std::vector<std::int32_t> set_of_; // per size index: its set in sets_, or `none`
   std::vector<std::optional<std::pair<std::size_t, double>>> filed_; // per id: (size, key)
 };
 
 class heap_headroom_index {
 public:
   void reset(std::size_t sizes) {
-    heaps_.assign(sizes, indexed_heap<double>{});
+    heaps_.clear();
+    heap_of_.assign(sizes, no_heap);
     size_of_.clear();
   }
   void file(std::size_t size, std::int32_t id, double key) {
@@ -76,26 +85,37 @@ public:
     if (u >= size_of_.size())
       size_of_.resize(u + 1, none);
     if (size_of_[u] != size && size_of_[u] != none)
-      heaps_[size_of_[u]].erase(id);
-    heaps_[size].set(key, id); // files it, or moves it to its new key
+      heap(size_of_[u]).erase(id);
+    if (heap_of_[size] == no_heap) {
+      heap_of_[size] = static_cast<std::int32_t>(heaps_.size());
+      heaps_.emplace_back();
+    }
+    heap(size).set(key, id); // files it, or moves it to its new key
     size_of_[u] = size;
   }
   void drop(std::int32_t id) {
     const auto u = static_cast<std::size_t>(id);
     if (u < size_of_.size() && size_of_[u] != none) {
-      heaps_[size_of_[u]].erase(id);
+      heap(size_of_[u]).erase(id);
       size_of_[u] = none;
     }
   }
   template <class F>
   void walk(std::size_t size, F&& f) {
-    heaps_[size].visit(std::numeric_limits<std::int32_t>::max(), f);
+    if (heap_of_[size] != no_heap)
+      heap(size).visit(std::numeric_limits<std::int32_t>::max(), f);
   }
 
 private:
   static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  static constexpr std::int32_t no_heap = -1;
+  // the heap of a size something was filed under
+  indexed_heap<double>& heap(std::size_t size) {
+    return heaps_[static_cast<std::size_t>(heap_of_[size])];
+  }
   std::vector<indexed_heap<double>> heaps_;
-  std::vector<std::size_t> size_of_; // per id: the size index it is filed under, or `none`
+  std::vector<std::int32_t> heap_of_; // per size index: its heap in heaps_, or `no_heap`
+  std::vector<std::size_t> size_of_;  // per id: the size index it is filed under, or `none`
 };
 
 //! Improves `a` in place: sweeps over the rounds; in each, the group with the largest load (the
