@@ -145,7 +145,9 @@ class Plan:
     def svg(self, title: str = "") -> str:
         """A picture of the plan (ranks across, micro-batches down)."""
         if not isinstance(title, str):
-            raise TypeError(f"svg: title: expected a str, got {type(title).__name__} {title!r}")
+            raise TypeError(
+                f"svg: title: expected a str, got {type(title).__name__} {_shown(title)}"
+            )
         return self._native.svg(title)
 
     def validate(self) -> None:
@@ -175,12 +177,9 @@ def _lengths(lengths: Any) -> np.ndarray:
     if isinstance(lengths, (str, bytes)) or not (
         array_like or isinstance(lengths, collections.abc.Iterable)
     ):
-        shown = repr(lengths)
-        if len(shown) > 60:
-            shown = f"{shown[:40]}... ({len(shown)} characters)"
         raise TypeError(
             f"lengths: expected a sequence, an array or an iterable of integers, got "
-            f"{type(lengths).__name__} {shown}"
+            f"{type(lengths).__name__} {_shown(lengths)}"
         )
     if isinstance(lengths, (set, frozenset)):
         # a sample's id is its position, and a set has neither positions nor repeated lengths
@@ -206,11 +205,19 @@ def _lengths(lengths: Any) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
+def _shown(value: Any) -> str:
+    """``value``'s repr for an error message: past 40 characters, its first 40 and its length (a
+    long list or a huge string would fill the message), as the C++ readers quote their input.
+    The extension calls it too."""
+    shown = repr(value)
+    return shown if len(shown) <= 40 else f"{shown[:40]}... ({len(shown)} characters)"
+
+
 def _integer(name: str, value: Any, bits: int) -> int:
     """``value`` for an option of ``bits`` bits: TypeError unless it is an integer (a bool is
     not), ValueError naming the option outside the range (dcpp then checks its own limits)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an integer, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__} {_shown(value)}")
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     if not lo <= int(value) <= hi:
         raise ValueError(f"{name} = {int(value)} must be an integer from {lo} to {hi}")
@@ -232,7 +239,7 @@ def _number(name: str, value: Any) -> Optional[float]:
 def _real(name: str, value: Any) -> float:
     """``_number`` without None."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__} {_shown(value)}")
     try:
         return float(value)
     except OverflowError:
@@ -274,7 +281,7 @@ def plan(
     the batch cannot be planned.
     """
     if policy not in policies:
-        raise ValueError(f"policy = {policy!r}; use one of {', '.join(policies)}")
+        raise ValueError(f"policy = {_shown(policy)}; use one of {', '.join(policies)}")
     return Plan(
         _dcpp._plan(
             _lengths(lengths),
@@ -303,7 +310,7 @@ def _calibration_row(i: int, row: Any) -> tuple:
     integer past 64 bits, a length below 1, seconds that are no finite time above 0 or a row of
     another shape (the extension then checks cp's range, as dcpp-plan's CSV reader does)."""
     where = f"rows[{i}]"
-    shape = f"{where}: expected (length, cp, seconds) or ('microbatch', seconds), got {row!r}"
+    shape = f"{where}: expected (length, cp, seconds) or ('microbatch', seconds), got {_shown(row)}"
     if isinstance(row, (str, bytes)):
         raise TypeError(shape)
     try:

@@ -122,20 +122,9 @@ std::shared_ptr<const cost_table> tabulate(const nb::callable& fn, const dcpp::p
                           length, cp, digits.size() - (digits.front() == '-' ? 1 : 0))
                   .c_str());
         }
-        // cut past 60 characters to its first 40, as Python counts them (UTF-8: a cut inside a
-        // character made the message itself a UnicodeDecodeError)
-        std::string shown = nb::repr(result).c_str();
-        const auto starts_character = [](char c) {
-          return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-        };
-        const auto characters = std::count_if(shown.begin(), shown.end(), starts_character);
-        if (characters > 60) {
-          std::size_t cut = 0; // the byte where the 41st character starts
-          for (std::int64_t seen = 0; cut < shown.size(); ++cut)
-            if (starts_character(shown[cut]) && seen++ == 40)
-              break;
-          shown = fmt::format("{}... ({} characters)", shown.substr(0, cut), characters);
-        }
+        // dcpp._shown cuts a long repr, as every message of the package does
+        const std::string shown =
+            nb::cast<std::string>(nb::module_::import_("dcpp").attr("_shown")(result));
         throw nb::value_error(
             fmt::format("estimator: cost({}, {}) returned {}, not a number", length, cp, shown)
                 .c_str());

@@ -174,6 +174,8 @@ def test_lengths_take_any_iterable_and_refuse_a_single_value_by_type():
         ({"world_size": "8"}, "world_size: expected an integer, got str '8'"),
         ({"padding_unit": 2.0}, "padding_unit: expected an integer, got float 2.0"),
         ({"world_size": True}, "world_size: expected an integer, got bool True"),
+        ({"world_size": list(range(100))},
+         "world_size: expected an integer, got list " + repr(list(range(100)))[:40] + "... (390 characters)"),
         # finite, past what the planner can sum: inf bytes/s, a step time of inf
         ({"inter_node_bandwidth": 1e300},
          "inter_node_bandwidth = 1e+300 GB/s must be above 0 and at most 1.7976931348623156e+299"),
@@ -235,6 +237,9 @@ CALIBRATION_ROWS = [(n, cp, 1e-6 * n / cp + 2e-5 * (cp - 1)) for n in (500, 2000
         # the shape and the values, as before
         ((1000, 1), ValueError, "rows[12]: expected (length, cp, seconds) or ('microbatch', seconds), got (1000, 1)"),
         ((1000, 1, 0.1, 4), ValueError, "got (1000, 1, 0.1, 4)"),
+        # a long row is cut as every repr in a message is (it was shown whole)
+        ([0.5] * 1000, ValueError, "got " + repr([0.5] * 1000)[:40] + "... (5000 characters)"),
+        ((1000, 1, "9" * 100), TypeError, "seconds: expected a number, got str '" + "9" * 39 + "... (102"),
         ((1000, 2**40, 0.1), ValueError, "rows[12]: cp = 1099511627776 must be in [1, 2147483647]"),
         # the values, named by the row as counted here (the fit counted from 1: 'calibration row 13')
         ((1000, 1, float("nan")), ValueError, "rows[12] seconds = nan must be a finite time > 0"),
