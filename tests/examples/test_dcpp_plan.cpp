@@ -445,4 +445,26 @@ TEST_CASE("dcpp-plan: hostile inputs are one-line errors, never an abort (issue 
   // a world too large for this machine's memory is refused by its limit, not by bad_alloc
   expect_error(write("w.txt", "100\n").string() + " --world-size 2147483647",
                "world_size = 2147483647 exceeds the limit 16777216");
+  // a binary file: its line quoted cut, its control bytes escaped (they were written raw)
+  std::string binary = "\x01\x02\x1b[31m";
+  for (int i = 0; i < 5000; ++i)
+    binary += static_cast<char>('A' + i % 26);
+  expect_error(write("binary.txt", binary + "\n").string(),
+               "binary.txt:1: '\\x01\\x02\\x1b[31mABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFG...' "
+               "(5007 characters) is not an integer length");
+}
+
+TEST_CASE("dcpp-plan: a file saved with a byte order mark plans as without it") {
+  // the first length was refused as '\xEF\xBB\xBF100' and a JSON batch was read as text
+  const auto plain = run(write("plain.txt", "100\n5000\n").string() + " --world-size 4 --json -");
+  const auto marked =
+      run(write("marked.txt", std::string("\xEF\xBB\xBF") + "100\n5000\n").string() +
+          " --world-size 4 --json -");
+  REQUIRE(plain.status == 0);
+  REQUIRE(marked.status == 0);
+  CHECK(without_timing(marked.out) == without_timing(plain.out));
+  const auto json = run(write("marked.json", "\xEF\xBB\xBF{\"seqlens\": [100, 5000]}").string() +
+                        " --world-size 4 --json -");
+  REQUIRE(json.status == 0);
+  CHECK(without_timing(json.out) == without_timing(plain.out));
 }

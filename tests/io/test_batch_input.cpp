@@ -41,6 +41,46 @@ TEST_CASE("batch_input: text errors name the line") {
   CHECK(error_of("") == "batch.txt: no sample lengths in the input");
 }
 
+TEST_CASE("batch_input: a byte order mark is skipped, not read as part of the first value") {
+  // (editors on Windows write one: the first length was refused as '\xEF\xBB\xBF100', a JSON
+  // batch was read as text, and a calibration's first row was skipped as a header)
+  const std::string bom = "\xEF\xBB\xBF";
+  CHECK(read(bom + "100\n200\n").lengths == std::vector<std::int64_t>{100, 200});
+  CHECK(read(bom + "{\"seqlens\": [5, 6]}").lengths == std::vector<std::int64_t>{5, 6});
+  std::istringstream cal(bom + "1024,1,0.5\n2048,2,0.75\n");
+  const auto rows = dcpp::read_calibration(cal, "cal.csv");
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].length == 1024);
+  // only at the start: elsewhere it is a character like another
+  CHECK(error_of("100\n" + bom + "200\n") ==
+        "batch.txt:2: '" + bom + "200' is not an integer length");
+}
+
+TEST_CASE("batch_input: a quoted line is cut and its control bytes escaped") {
+  // a line of 100,000 digits was quoted whole in the message, a binary file's bytes raw
+  CHECK(error_of(std::string(100000, '7') + "\n") ==
+        "batch.txt:1: '" + std::string(40, '7') +
+            "...' (100000 characters) is not an integer length");
+  CHECK(error_of(std::string("12\x01\x1b[2Jx\x7f\n")) ==
+        "batch.txt:1: '12\\x01\\x1b[2Jx\\x7f' is not an integer length");
+  // cut by characters, never inside one: 50 two-byte characters, of which 40 are shown
+  std::string e50;
+  for (int i = 0; i < 50; ++i)
+    e50 += "\xC3\xA9";
+  CHECK(error_of(e50) ==
+        "batch.txt:1: '" + e50.substr(0, 80) + "...' (50 characters) is not an integer length");
+  CHECK(error_of("{\"seqlens\": [\"" + e50 + "\"]}") ==
+        "batch.txt: seqlens[0] = \"" + e50.substr(0, 80) +
+            "...\" (50 characters) must be a positive integer length");
+  std::istringstream cal("1024,1,0.5\n" + std::string(5000, 'x') + ",1,2\n");
+  CHECK_THROWS_WITH_AS(dcpp::read_calibration(cal, "cal.csv"),
+                       ("cal.csv:2: '" + std::string(40, 'x') +
+                        "...' (5004 characters) is not 'length,cp,seconds' nor "
+                        "'microbatch,seconds'")
+                           .c_str(),
+                       dcpp::error);
+}
+
 TEST_CASE("batch_input: JSON workloads with their settings") {
   const auto b = read(R"({"name": "w", "seqlens": [5, 6], "total_gpus": 24,
                           "max_seq_len_per_rank": 4096, "min_cp_size": 1,

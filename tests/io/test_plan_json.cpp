@@ -104,6 +104,12 @@ TEST_CASE("plan_json: malformed documents name what is wrong") {
   CHECK_THROWS_WITH_AS(dcpp::read_plan_json(R"({"format": "other/2"})"),
                        doctest::Contains("format = 'other/2', expected 'dcpp-plan/1'"),
                        dcpp::error);
+  // a format string of a megabyte is quoted cut (it was quoted whole)
+  CHECK_THROWS_WITH_AS(dcpp::read_plan_json("{\"format\": \"" + std::string(1 << 20, 'f') + "\"}"),
+                       ("plan: format = '" + std::string(40, 'f') +
+                        "...' (1048576 characters), expected 'dcpp-plan/1'")
+                           .c_str(),
+                       dcpp::error);
   CHECK_THROWS_WITH_AS(dcpp::read_plan_json(R"({"format": "dcpp-plan/1", "world_size": 4})"),
                        doctest::Contains("missing field 'max_tokens_per_rank'"), dcpp::error);
   CHECK_THROWS_WITH_AS(

@@ -72,9 +72,11 @@ std::optional<T> optional_integer(const nlohmann::json& j, std::string_view sour
 //! Text: one positive integer length per line; `#` starts a comment; blank lines are skipped.
 //! JSON (first non-blank character `{`): an object with a `seqlens` array; `total_gpus`,
 //! `max_seq_len_per_rank`, `min_cp_size`, `vpp_microbatch_group_size` and `name` may sit beside
-//! it. Throws dcpp::error naming the line (text) or the array index (JSON).
+//! it. A leading UTF-8 byte order mark is skipped. Throws dcpp::error naming the line (text) or
+//! the array index (JSON).
 inline batch_input read_batch(std::istream& in, std::string_view source) {
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string content{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string_view text = detail::without_bom(content);
   batch_input batch;
   batch.name = std::string(source);
   const auto start = text.find_first_not_of(" \t\r\n");
@@ -118,7 +120,8 @@ inline batch_input read_batch(std::istream& in, std::string_view source) {
       const auto value = detail::parse_integer(line);
       if (!value)
         throw error(status_code::invalid_length,
-                    fmt::format("{}:{}: '{}' is not an integer length", source, line_no, line),
+                    fmt::format("{}:{}: {} is not an integer length", source, line_no,
+                                detail::quoted_text(line, '\'')),
                     static_cast<std::int64_t>(batch.lengths.size()));
       if (*value <= 0)
         throw error(status_code::invalid_length,
@@ -135,7 +138,8 @@ inline batch_input read_batch(std::istream& in, std::string_view source) {
 
 //! CSV rows `length,cp,seconds` (a sample of `length` tokens on `cp` ranks took `seconds` per
 //! rank, forward and backward) and, optionally, `microbatch,seconds` (one micro-batch's fixed
-//! cost); `#` comments, blank lines and one header line are skipped.
+//! cost); `#` comments, blank lines, one header line and a leading UTF-8 byte order mark are
+//! skipped.
 inline std::vector<calibration_row> read_calibration(std::istream& in, std::string_view source) {
   std::vector<calibration_row> rows;
   std::string raw;
@@ -143,7 +147,8 @@ inline std::vector<calibration_row> read_calibration(std::istream& in, std::stri
   bool first_content = true;
   while (std::getline(in, raw)) {
     ++line_no;
-    std::string_view line = raw;
+    // (a byte order mark would make a first data row look like a header, skipped)
+    std::string_view line = line_no == 1 ? detail::without_bom(raw) : std::string_view(raw);
     if (const auto hash = line.find('#'); hash != std::string_view::npos)
       line = line.substr(0, hash);
     line = detail::trim(line);
@@ -180,7 +185,8 @@ inline std::vector<calibration_row> read_calibration(std::istream& in, std::stri
       double seconds = 0;
       if (!parse_seconds(fields[1], seconds))
         throw error(status_code::parse_error,
-                    fmt::format("{}:{}: '{}' is not 'microbatch,seconds'", source, line_no, line));
+                    fmt::format("{}:{}: {} is not 'microbatch,seconds'", source, line_no,
+                                detail::quoted_text(line, '\'')));
       check_seconds(seconds);
       rows.push_back({0, 0, seconds, true});
       continue;
@@ -197,8 +203,8 @@ inline std::vector<calibration_row> read_calibration(std::istream& in, std::stri
       if (header)
         continue; // the first line may name the columns
       throw error(status_code::parse_error,
-                  fmt::format("{}:{}: '{}' is not 'length,cp,seconds' nor 'microbatch,seconds'",
-                              source, line_no, line));
+                  fmt::format("{}:{}: {} is not 'length,cp,seconds' nor 'microbatch,seconds'",
+                              source, line_no, detail::quoted_text(line, '\'')));
     }
     if (*length < 1)
       throw error(status_code::parse_error,

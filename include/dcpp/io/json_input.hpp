@@ -3,6 +3,8 @@
 // a stack overflow in the message.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -41,8 +43,42 @@ inline nlohmann::json parse_json(std::string_view text, std::string_view source)
   }
 }
 
-//! A short description of `j` for an error message: scalars as written (strings cut at 40
-//! characters), containers by kind and size.
+//! How many characters of a piece of input an error message quotes (`quoted_text`).
+inline constexpr std::size_t quoted_characters = 40;
+
+//! A piece of input as an error message quotes it, between `quote`s: a control byte as \xNN,
+//! and past `quoted_characters` UTF-8 characters, the first of them and how many there are, so a
+//! binary file or a line of a megabyte gives a one-line error (a cut never splits a character).
+inline std::string quoted_text(std::string_view text, char quote) {
+  const auto starts_character = [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  };
+  const auto characters =
+      static_cast<std::size_t>(std::count_if(text.begin(), text.end(), starts_character));
+  std::string out(1, quote);
+  std::size_t seen = 0;
+  for (const char c : text) {
+    if (starts_character(c) && seen++ == quoted_characters)
+      break;
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7F)
+      out += fmt::format("\\x{:02x}", byte);
+    else
+      out += c;
+  }
+  if (characters <= quoted_characters)
+    return out + quote;
+  return fmt::format("{}...{} ({} characters)", out, quote, characters);
+}
+
+//! `text` without a leading UTF-8 byte order mark (editors on Windows write one; it is not
+//! part of the first value).
+inline std::string_view without_bom(std::string_view text) {
+  return text.substr(0, 3) == "\xEF\xBB\xBF" ? text.substr(3) : text;
+}
+
+//! A short description of `j` for an error message: scalars as written (strings cut as
+//! `quoted_text` cuts them), containers by kind and size.
 inline std::string describe_json(const nlohmann::json& j) {
   if (j.is_array())
     return fmt::format("an array ({} elements)", j.size());
@@ -50,8 +86,7 @@ inline std::string describe_json(const nlohmann::json& j) {
     return fmt::format("an object ({} fields)", j.size());
   if (j.is_string()) {
     const auto& s = j.get_ref<const std::string&>();
-    return s.size() <= 40 ? j.dump()
-                          : fmt::format("\"{}...\" ({} characters)", s.substr(0, 40), s.size());
+    return s.size() <= quoted_characters ? j.dump() : quoted_text(s, '"');
   }
   return j.dump();
 }

@@ -164,7 +164,8 @@ inline plan read_plan_json(std::string_view text, std::string_view source = "pla
   const auto format = detail::get_field<std::string>(j, source, "format");
   if (format != plan_format_name)
     throw error(status_code::parse_error,
-                fmt::format("{}: format = '{}', expected '{}'", source, format, plan_format_name));
+                fmt::format("{}: format = {}, expected '{}'", source,
+                            detail::quoted_text(format, '\''), plan_format_name));
   plan p;
   p.world_size = detail::get_field<std::int32_t>(j, source, "world_size");
   p.max_tokens_per_rank = detail::get_field<std::int64_t>(j, source, "max_tokens_per_rank");
@@ -261,9 +262,9 @@ inline plan_options read_plan_options_json(std::string_view text,
   o.max_cp = detail::get_field<std::int32_t>(opt, where, "max_cp");
   const auto topology = detail::get_field<std::string>(opt, where, "topology");
   if (topology != "aligned" && topology != "contiguous")
-    throw error(
-        status_code::parse_error,
-        fmt::format("{}: topology = '{}', expected aligned or contiguous", where, topology));
+    throw error(status_code::parse_error,
+                fmt::format("{}: topology = {}, expected aligned or contiguous", where,
+                            detail::quoted_text(topology, '\'')));
   o.group_topology = topology == "contiguous" ? topology::contiguous : topology::aligned;
   o.padding_unit = detail::get_field<std::int64_t>(opt, where, "padding_unit");
   o.microbatch_multiple = detail::get_field<std::int32_t>(opt, where, "microbatch_multiple");
