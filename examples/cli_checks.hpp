@@ -2,7 +2,7 @@
 // NonNegativeNumber, Range on doubles) let NaN through, since every comparison with NaN is false,
 // and name their open bound as DBL_MAX written out in 309 digits; these refuse NaN and the
 // infinities and say the bound as it is meant. An unsigned option parsed by CLI11 alone takes -1
-// as 2^64 - 1; `unsigned_integer` refuses a sign.
+// as 2^64 - 1; `unsigned_integer` refuses a sign. `path` refuses an empty path.
 #pragma once
 
 #include <charconv>
@@ -69,6 +69,16 @@ inline CLI::Validator unsigned_integer() {
         return {};
       },
       "UINT64");
+}
+
+//! A path that names something: an empty one (a script's unset variable) was taken for "none"
+//! (`--b ''`: no bias) or for the root (`--out-dir ''`: /y.npy).
+inline CLI::Validator path() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return text.empty() ? "'' is an empty path; name a file or directory" : "";
+      },
+      "PATH");
 }
 
 } // namespace dcpp_cli

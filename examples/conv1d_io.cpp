@@ -18,6 +18,8 @@
 #include <dcpp/io/npy.hpp>
 #include <dcpp/route/route.hpp>
 
+#include "cli_checks.hpp"
+
 namespace {
 
 struct inputs {
@@ -128,21 +130,26 @@ int main(int argc, char** argv) {
   app.add_option("--x", x_path,
                  "x [tokens, channels], float16, float32 or float64 (computed as float32); w, b "
                  "and dy share its dtype")
-      ->required();
+      ->required()
+      ->check(dcpp_cli::path());
   app.add_option("--w", w_path, "w [channels, W], W in 2..4; w[c,k] multiplies x[t-k,c]")
-      ->required();
-  app.add_option("--b", b_path, "b [channels] (default zeros)");
+      ->required()
+      ->check(dcpp_cli::path());
+  app.add_option("--b", b_path, "b [channels] (default zeros)")->check(dcpp_cli::path());
   app.add_option("--cu-seqlens", cu_path,
                  "cu_seqlens int32 or int64 [sequences + 1], real lengths from 0 to tokens "
                  "(zero-length sequences allowed)")
-      ->required();
-  app.add_option("--dy", dy_path, "dy [tokens, channels]: also run the backward");
+      ->required()
+      ->check(dcpp_cli::path());
+  app.add_option("--dy", dy_path, "dy [tokens, channels]: also run the backward")
+      ->check(dcpp_cli::path());
   app.add_option("--cp", in.cp, "ranks each sequence is split over (zigzag)")
       ->check(CLI::Range(1, 64));
   app.add_option("--align", in.align, "pad each rank's token rows to a multiple of this")
       ->check(CLI::Range(1, 1 << 20));
   app.add_flag("--silu", in.silu, "apply SiLU");
-  app.add_option("--out-dir", out_dir, "where y.npy (dx.npy, dw.npy, db.npy) go");
+  app.add_option("--out-dir", out_dir, "where y.npy (dx.npy, dw.npy, db.npy) go")
+      ->check(dcpp_cli::path());
   CLI11_PARSE(app, argc, argv);
   return dcpp::guarded_main("conv1d_io: ", [&]() -> int {
     const auto xa = dcpp::read_npy(x_path), wa = dcpp::read_npy(w_path),

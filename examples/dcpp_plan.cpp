@@ -101,7 +101,9 @@ int main(int argc, char** argv) {
   std::string svg_path;
   bool compare = false;
   bool quiet = false;
-  app.add_option("input", input, "lengths file, or - for stdin")->required();
+  app.add_option("input", input, "lengths file, or - for stdin")
+      ->required()
+      ->check(dcpp_cli::path());
   app.add_option("--world-size", world_size, "ranks N (default: the input's total_gpus, else 8)");
   app.add_option("--max-tokens-per-rank", max_tokens,
                  "token budget M per rank and micro-batch (default: the input's "
@@ -144,8 +146,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(-1, 1 << 20));
   app.add_option("--json", json_path,
                  "write the plan as dcpp-plan/1 JSON (-: to standard output, alone; the other "
-                 "lines then go to standard error)");
-  app.add_option("--svg", svg_path, "write a picture of the plan (-: to standard output)");
+                 "lines then go to standard error)")
+      ->check(dcpp_cli::path());
+  app.add_option("--svg", svg_path, "write a picture of the plan (-: to standard output)")
+      ->check(dcpp_cli::path());
   app.add_flag("--compare", compare, "plan with every policy and print them side by side");
   app.add_flag("--quiet", quiet, "no per-micro-batch table");
   CLI11_PARSE(app, argc, argv);
@@ -155,8 +159,10 @@ int main(int argc, char** argv) {
     dcpp::batch_input batch;
     {
       // the whole text first: a directory, an unreadable file or a read error is named here
-      std::istringstream in(input == "-" ? dcpp::read_standard_input("input")
-                                         : dcpp::read_file(input, "input"));
+      constexpr auto text = dcpp::file_content::text;
+      std::istringstream in(input == "-"
+                                ? dcpp::read_standard_input("input", dcpp::input_limit, text)
+                                : dcpp::read_file(input, "input", dcpp::input_limit, text));
       batch = dcpp::read_batch(in, input == "-" ? "<stdin>" : input);
     }
     dcpp::plan_options options;

@@ -122,18 +122,23 @@ int main(int argc, char** argv) {
          "--q", q_path,
          "q [tokens, heads, head_dim], float16, float32 or float64 (computed as float32); k, "
          "v and dout share its dtype")
-      ->required();
+      ->required()
+      ->check(dcpp_cli::path());
   app.add_option("--k", k_path, "k [tokens, kv_heads, head_dim] (kv_heads divides heads)")
-      ->required();
+      ->required()
+      ->check(dcpp_cli::path());
   app.add_option("--v", v_path,
                  "v [tokens, kv_heads, v_head_dim] (v_head_dim may differ from q's: MLA's 192/128)")
-      ->required();
+      ->required()
+      ->check(dcpp_cli::path());
   app.add_option("--cu-seqlens", cu_path,
                  "cu_seqlens int32 or int64 [sequences + 1], real lengths from 0 to tokens "
                  "(zero-length sequences allowed)")
-      ->required();
+      ->required()
+      ->check(dcpp_cli::path());
   app.add_option("--dout", dout_path,
-                 "dO [tokens, heads, v_head_dim] (like o): also run the backward (dq, dk, dv)");
+                 "dO [tokens, heads, v_head_dim] (like o): also run the backward (dq, dk, dv)")
+      ->check(dcpp_cli::path());
   app.add_option("--cp", in.cp, "ranks each sequence is split over (zigzag)")
       ->check(CLI::Range(1, 64));
   app.add_option("--scale", in.scale, "softmax scale (default 1/sqrt(head_dim))")
@@ -142,7 +147,8 @@ int main(int argc, char** argv) {
                  "compute type: auto (the input's), fp32, fp16, bf16 (bf16 outputs are written "
                  "as float32)")
       ->check(CLI::IsMember({"auto", "fp32", "fp16", "bf16"}));
-  app.add_option("--out-dir", out_dir, "where o.npy, lse.npy (dq.npy, dk.npy, dv.npy) go");
+  app.add_option("--out-dir", out_dir, "where o.npy, lse.npy (dq.npy, dk.npy, dv.npy) go")
+      ->check(dcpp_cli::path());
   CLI11_PARSE(app, argc, argv);
   return dcpp::guarded_main("ring_attention_io: ", [&]() -> int {
     const auto qa = dcpp::read_npy(q_path), ka = dcpp::read_npy(k_path),

@@ -174,8 +174,10 @@ struct options {
         ->check(CLI::Range(std::int64_t{0}, dcpp::max_tokens_per_rank_limit));
     app.add_option("--seed", seed, "data and initialisation seed (0 to 2^64 - 1)")
         ->check(dcpp_cli::unsigned_integer());
-    app.add_option("--log", log_path, "write a JSON log of every step here (rank 0)");
-    app.add_option("--weights", weights_path, "write the final weights here as .npy (rank 0)");
+    app.add_option("--log", log_path, "write a JSON log of every step here (rank 0)")
+        ->check(dcpp_cli::path());
+    app.add_option("--weights", weights_path, "write the final weights here as .npy (rank 0)")
+        ->check(dcpp_cli::path());
     app.add_flag("--quiet", quiet, "no per-step output");
     app.add_option("--calibrate", calibrate_lengths,
                    "measure instead of training: time one sample of each of these lengths "

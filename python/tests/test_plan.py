@@ -219,6 +219,19 @@ def test_fit_calibration_refuses_a_bad_gpus_per_node_by_name(tmp_path, gpus_per_
     assert dcpp.fit_calibration(csv=str(csv), gpus_per_node=4).report["rows"] == len(rows)
 
 
+def test_fit_calibration_reads_a_csv_with_a_byte_order_mark_and_refuses_a_binary_one(tmp_path):
+    rows = [(n, cp, 1e-6 * n / cp + 2e-5 * (cp - 1)) for n in (500, 2000, 8000, 32000) for cp in (1, 2, 4)]
+    text = "".join(f"{n},{cp},{t:.9g}\n" for n, cp, t in rows)
+    plain, marked, binary = tmp_path / "plain.csv", tmp_path / "marked.csv", tmp_path / "binary.csv"
+    plain.write_text(text)
+    marked.write_bytes(b"\xef\xbb\xbf" + text.encode())  # no header: the first row was skipped
+    binary.write_bytes(text.encode() + b"\0\1\2")
+    assert dcpp.fit_calibration(csv=str(marked)).report == dcpp.fit_calibration(csv=str(plain)).report
+    assert dcpp.fit_calibration(csv=str(marked)).report["rows"] == len(rows)
+    with pytest.raises(ValueError, match=re.escape(f"holds a NUL byte (byte {len(text)}): it is not text")):
+        dcpp.fit_calibration(csv=str(binary))
+
+
 CALIBRATION_ROWS = [(n, cp, 1e-6 * n / cp + 2e-5 * (cp - 1)) for n in (500, 2000, 8000, 32000) for cp in (1, 2, 4)]
 
 

@@ -159,6 +159,17 @@ TEST_CASE("conv1d_io: zero-length sequences, mixed dtypes and failed writes (iss
   std::tie(rc, err) = run("w.npy", "cu.npy", p("file") + "/y");
   CHECK(rc == 1);
   CHECK(err == fmt::format("conv1d_io: --out-dir: '{}' is not a directory\n", p("file")));
+  // an empty --out-dir (a script's unset variable) wrote /y.npy, at the root
+  std::tie(rc, err) = run("w.npy", "cu.npy", "''");
+  CHECK(rc != 0);
+  CHECK(err.find("--out-dir: '' is an empty path") != std::string::npos);
+  // an empty --b was taken for no bias
+  rc = std::system(fmt::format("{} --x {} --w {} --cu-seqlens {} --b '' --out-dir {} 2> {}",
+                               program(), p("x.npy"), p("w.npy"), p("cu.npy"), p("d"), p("err.txt"))
+                       .c_str());
+  CHECK(rc != 0);
+  CHECK(dcpp::read_file(p("err.txt"), "err").find("--b: '' is an empty path") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "d"));
   std::filesystem::remove_all(dir);
 }
 

@@ -162,6 +162,9 @@ TEST_CASE("cpu trainer: a NaN or infinite --lr or --momentum, or a signed --seed
       {"--seed 18446744073709551616",
        "--seed: '18446744073709551616' is not an integer from 0 to 18446744073709551615"},
       {"--seed 1.5", "--seed: '1.5' is not an integer from 0 to"},
+      // an empty path (a script's unset variable) was taken for none: no log, exit 0
+      {"--log ''", "--log: '' is an empty path"},
+      {"--weights ''", "--weights: '' is an empty path"},
   };
   for (const auto& [args, needle] : cases) {
     const auto run = run_calibration(1, fmt::format("--steps 2 {}", args), "badnum");

@@ -323,6 +323,21 @@ TEST_CASE("dcpp-plan: a number option's bad value names the option, the value an
         0);
 }
 
+TEST_CASE("dcpp-plan: an empty path is refused, not taken for none") {
+  // `--json ''` (a script's unset variable) printed the table, wrote no file and exited 0
+  const fs::path ok = write("ok5.txt", "100\n7000\n");
+  for (const char* option : {"--json", "--svg"}) {
+    const auto r = run(ok.string() + " " + option + " ''");
+    CAPTURE(option);
+    CHECK(r.status != 0);
+    CHECK(r.err.find(std::string(option) + ": '' is an empty path") != std::string::npos);
+    CHECK(r.out.empty());
+  }
+  const auto r = run("''");
+  CHECK(r.status != 0);
+  CHECK(r.err.find("'' is an empty path") != std::string::npos);
+}
+
 TEST_CASE("dcpp-plan: --extra-microbatches bounds the rounds of balanced") {
   const auto r = run(env("DCPP_DATA") +
                      "/sft_long_tail.txt --world-size 32 --max-tokens-per-rank 8192 --quiet "
@@ -449,6 +464,12 @@ TEST_CASE("dcpp-plan: hostile inputs are one-line errors, never an abort (issue 
   std::string binary = "\x01\x02\x1b[31m";
   for (int i = 0; i < 5000; ++i)
     binary += static_cast<char>('A' + i % 26);
+  // an endless device (it was read until the memory ran out) and a file with a NUL byte
+  expect_error("/dev/zero", "input: '/dev/zero' holds a NUL byte (byte 0): it is not text");
+  expect_error(write("nul.txt", std::string("100\n200\n\0", 9)).string(),
+               "holds a NUL byte (byte 8): it is not text");
+  expect_error(write("one.txt", "100\n").string() + " --estimator calibrated:/dev/zero",
+               "--estimator calibrated: '/dev/zero' holds a NUL byte (byte 0): it is not text");
   expect_error(write("binary.txt", binary + "\n").string(),
                "binary.txt:1: '\\x01\\x02\\x1b[31mABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFG...' "
                "(5007 characters) is not an integer length");

@@ -137,6 +137,15 @@ TEST_CASE("ring_attention_io: bad input is a one-line error") {
   CHECK(rc != 0);
   CHECK(err == "ring_attention_io: head_dim = 64 with v_head_dim = 32; dcpp's kernels take equal "
                "head dims of 64, 96, 128, 192 or 256, or 192 with 128 (MLA)\n");
+  // an empty path (a script's unset variable): --out-dir '' wrote /o.npy, --dout '' skipped
+  // the backward
+  for (const char* empty : {"--out-dir", "--dout"}) {
+    std::tie(rc, err) = run_args(fmt::format("--q {0} --k {0} --v {0} --cu-seqlens {1} {2} ''",
+                                             p("k.npy"), p("cu.npy"), empty));
+    CAPTURE(empty);
+    CHECK(rc != 0);
+    CHECK(err.find(fmt::format("{}: '' is an empty path", empty)) != std::string::npos);
+  }
   std::filesystem::remove_all(dir);
 }
 

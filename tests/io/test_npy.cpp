@@ -203,6 +203,33 @@ TEST_CASE("file_input: a directory, a missing file and a too-large file are name
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("file_input: text refuses a NUL byte where it is read, binary keeps it") {
+  // dcpp-plan /dev/zero read until the memory ran out; a binary file given for lengths was read
+  // whole before its first line was refused
+  const auto dir = std::filesystem::temp_directory_path() / "dcpp_file_input_nul";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "n.txt").string();
+  const auto text = dcpp::file_content::text;
+  dcpp::write_file_atomically(path, std::string("100\n\0\n200\n", 10), "test");
+  CHECK(dcpp::read_file(path, "input").size() == 10);
+  CHECK_THROWS_WITH_AS(
+      (void)dcpp::read_file(path, "input", dcpp::input_limit, text),
+      fmt::format("input: '{}' holds a NUL byte (byte 4): it is not text", path).c_str(),
+      dcpp::error);
+  // past the first read of 64 KiB: the byte counts from the start of the file
+  dcpp::write_file_atomically(path, std::string(70000, '7') + '\0', "test");
+  CHECK_THROWS_WITH_AS(
+      (void)dcpp::read_file(path, "input", dcpp::input_limit, text),
+      fmt::format("input: '{}' holds a NUL byte (byte 70000): it is not text", path).c_str(),
+      dcpp::error);
+  dcpp::write_file_atomically(path, std::string(70000, '7'), "test");
+  CHECK(dcpp::read_file(path, "input", dcpp::input_limit, text) == std::string(70000, '7'));
+  // an endless device stops at its first block
+  CHECK_THROWS_WITH_AS((void)dcpp::read_file("/dev/zero", "input", dcpp::input_limit, text),
+                       "input: '/dev/zero' holds a NUL byte (byte 0): it is not text", dcpp::error);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("staged_outputs: all outputs appear together or none, existing files untouched") {
   const auto dir = std::filesystem::temp_directory_path() / "dcpp_staged_outputs_test";
   std::filesystem::remove_all(dir);
