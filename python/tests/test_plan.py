@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import threading
+import xml.etree.ElementTree
 
 import numpy as np
 import pytest
@@ -396,6 +397,9 @@ def test_json_round_trip_svg_and_validate():
     assert q == p and q.to_json() == p.to_json()
     assert q.options["padding_unit"] == 8
     assert p.svg("t").lstrip().startswith("<svg")
+    # any title is well-formed XML (an '&' or a '<' made it malformed)
+    root = xml.etree.ElementTree.fromstring(p.svg("R&D <\"1\"> \x01 é"))
+    assert root.find("{http://www.w3.org/2000/svg}text").text == "R&D <\"1\"> \ufffd é"
     p.validate()
     doc = json.loads(p.to_json())
     doc["microbatches"][0]["groups"][0]["samples"].append(0)  # sample 0 twice

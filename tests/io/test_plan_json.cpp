@@ -40,6 +40,16 @@ TEST_CASE("plan_json: write then read gives the same plan, for seeded workloads"
   }
 }
 
+TEST_CASE("plan_json: a name that is not UTF-8 is written with U+FFFD, not refused") {
+  // an estimator `calibrated:caf\xE9.csv` (a Latin-1 file name) made dcpp-plan --json fail with
+  // "internal error: [json.exception.type_error.316] invalid UTF-8 byte"
+  auto p = dcpp::planner<>(opts()).make_plan(dcpp::workload::long_tail(50, 3, 0.05, 65536));
+  p.estimator = "calibrated:caf\xE9.csv";
+  const auto back = dcpp::read_plan_json(dcpp::write_plan_json(p, opts()));
+  CHECK(back.estimator == "calibrated:caf\xEF\xBF\xBD.csv");
+  CHECK(back.microbatches == p.microbatches);
+}
+
 TEST_CASE("plan_json: the micro-batch overhead option, a network without rates, none") {
   auto o = opts();
   o.microbatch_overhead = 0.0125;

@@ -90,8 +90,13 @@ inline nlohmann::json to_json(const plan& p, const plan_options& o) {
 }
 
 //! Serialises with one line per top-level key and per micro-batch, so that a plan diffs well.
+//! A name that is not UTF-8 (an estimator `calibrated:FILE` whose file name is Latin-1) is
+//! written with U+FFFD for its stray bytes (nlohmann's dump threw: an "internal error").
 inline std::string write_plan_json(const plan& p, const plan_options& o) {
   const nlohmann::json j = to_json(p, o);
+  const auto text = [](const nlohmann::json& v) {
+    return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
   std::ostringstream out;
   out << "{\n";
   bool first_key = true;
@@ -103,10 +108,10 @@ inline std::string write_plan_json(const plan& p, const plan_options& o) {
       out << "[";
       const auto& mbs = j.at(key);
       for (std::size_t i = 0; i < mbs.size(); ++i)
-        out << (i ? ",\n    " : "\n    ") << mbs[i].dump();
+        out << (i ? ",\n    " : "\n    ") << text(mbs[i]);
       out << (mbs.empty() ? "]" : "\n  ]");
     } else {
-      out << j.at(key).dump();
+      out << text(j.at(key));
     }
   }
   out << "\n}\n";

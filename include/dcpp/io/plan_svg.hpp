@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -14,6 +15,53 @@
 #include "dcpp/planner/plan.hpp"
 
 namespace dcpp {
+
+namespace detail {
+//! `text` as XML character data: `& < > "` as entities, and what XML 1.0 cannot hold (a control
+//! byte other than tab and newline, a byte that is no part of a UTF-8 character) as U+FFFD. A
+//! title is a file name (`R&D<1>.txt` made the picture malformed XML) and may be any bytes.
+inline std::string xml_text(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  constexpr std::string_view replacement = "\xEF\xBF\xBD";
+  for (std::size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x80) {
+      switch (byte) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += byte < 0x20 && byte != '\t' && byte != '\n' ? replacement : text.substr(i, 1);
+      }
+      ++i;
+      continue;
+    }
+    // a UTF-8 sequence: its lead byte's length, continuation bytes, the shortest form, at most
+    // U+10FFFF, no surrogates
+    const std::size_t length = byte >= 0xC2 && byte <= 0xDF   ? 2
+                               : byte >= 0xE0 && byte <= 0xEF ? 3
+                               : byte >= 0xF0 && byte <= 0xF4 ? 4
+                                                              : 0;
+    bool valid = length > 0 && i + length <= text.size();
+    for (std::size_t k = 1; valid && k < length; ++k)
+      valid = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    if (valid && length > 2) {
+      const auto second = static_cast<unsigned char>(text[i + 1]);
+      valid = !(byte == 0xE0 && second < 0xA0) && !(byte == 0xED && second >= 0xA0) &&
+              !(byte == 0xF0 && second < 0x90) && !(byte == 0xF4 && second >= 0x90);
+    }
+    if (valid) {
+      out += text.substr(i, length);
+      i += length;
+    } else {
+      out += replacement;
+      ++i;
+    }
+  }
+  return out;
+}
+} // namespace detail
 
 //! Draws the plan: each micro-batch is a column as wide as its time (the max over ranks), each
 //! group a box over its ranks as wide as its time, coloured by CP size; the hatched area in a
@@ -29,7 +77,9 @@ inline std::string write_plan_svg(const plan& p, std::string_view title = "") {
   const double top = 70.0;
   const double gap = 2.0;
   const std::int32_t ranks = std::max(1, p.world_size);
-  const double row = std::clamp(640.0 / ranks, 1.0, 18.0);
+  // a row per rank: up to 18 px, at least 1 px while the plot stays within 16,384 px (a world of
+  // 2^24 ranks drew a plot 2^24 px tall with a million rank labels: 88 MB for 2 samples)
+  const double row = std::clamp(640.0 / ranks, std::min(1.0, 16384.0 / ranks), 18.0);
   const double plot_height = row * ranks;
   const double usable = plot_width - gap * static_cast<double>(p.microbatches.size());
   const double scale = usable / step;
@@ -46,13 +96,13 @@ inline std::string write_plan_svg(const plan& p, std::string_view title = "") {
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
       width, height, width, height);
   svg += fmt::format("<text x=\"{}\" y=\"20\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
-                     left, title.empty() ? std::string("dcpp plan") : std::string(title));
+                     left, title.empty() ? std::string("dcpp plan") : detail::xml_text(title));
   svg += fmt::format(
       "<text x=\"{}\" y=\"38\">policy {} | estimator {} | {} samples, {} ranks, {} micro-batches | "
       "step time {:.5g} | lower bound {:.5g} | efficiency {:.3f} | idle rank slots {}</text>\n",
-      left, p.policy, p.estimator, p.lengths.size(), p.world_size, p.microbatches.size(),
-      p.metrics.estimated_step_time, p.metrics.lower_bound, p.metrics.efficiency,
-      p.metrics.idle_rank_slots);
+      left, detail::xml_text(p.policy), detail::xml_text(p.estimator), p.lengths.size(),
+      p.world_size, p.microbatches.size(), p.metrics.estimated_step_time, p.metrics.lower_bound,
+      p.metrics.efficiency, p.metrics.idle_rank_slots);
   svg += fmt::format(
       "<text x=\"{}\" y=\"56\" fill=\"#555\">micro-batches left to right, each as wide as "
       "its time; ranks top to bottom; hatched: idle</text>\n",
