@@ -2,8 +2,10 @@
 // numbers with and without a table; the CP sizes against properties checked size by size.
 #include "../../../support.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "dcpp/planner/cost_rows.hpp"
@@ -132,4 +134,29 @@ TEST_CASE("raise_toward_target: sizes only grow, costs only fall, every cost is 
     }
   }
   CHECK(raised > 0);
+}
+
+TEST_CASE("per_size: a value per size made on first use, found until reset, listed in order") {
+  d::per_size<std::vector<int>> per;
+  per.reset(5);
+  for (std::size_t l = 0; l < 5; ++l)
+    CHECK(per.find(l) == nullptr);
+  per.make(3, 2, 7).push_back(1); // made from (2, 7): {7, 7}, then 1
+  per.make(0).push_back(4);
+  per.make(3).push_back(9); // the same one again: the arguments are not used
+  REQUIRE(per.find(3) != nullptr);
+  CHECK(*per.find(3) == std::vector<int>{7, 7, 1, 9});
+  CHECK(*per.find(0) == std::vector<int>{4});
+  CHECK(per.find(1) == nullptr);
+  CHECK(per.made_sizes() == std::vector<std::size_t>{3, 0});
+  std::vector<std::pair<std::size_t, std::size_t>> seen; // (size, length) in the order made
+  per.each([&](std::size_t l, std::vector<int>& v) { seen.emplace_back(l, v.size()); });
+  CHECK(seen == std::vector<std::pair<std::size_t, std::size_t>>{{3, 4}, {0, 1}});
+  const auto& view = per;
+  CHECK(view.find(4) == nullptr);
+  CHECK(view.find(0)->front() == 4);
+  per.reset(2); // forgets every value; sizes from now on are 0 and 1
+  CHECK(per.find(0) == nullptr);
+  CHECK(per.made_sizes().empty());
+  CHECK(per.make(1).empty());
 }

@@ -251,20 +251,18 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
   const std::size_t sizes = costs.sizes();
   // per CP size with a group: (load, group of the round) and (tokens, group); a group's tokens
   // stay within the budget (below 2^37) and its index within the world (below 2^26), so a
-  // (tokens, group) entry packs into 64 bits. Made when the first group of the size opens and
-  // reached through `heaps_of` (-1: none yet), so a world of many legal sizes does not pay for
-  // all of them (a contiguous world of 2^24 ranks has 2^24: heaps for each took 4 GB on 2
-  // samples).
+  // (tokens, group) entry packs into 64 bits. Made when the first group of the size opens
+  // (`per_size`), so a world of many legal sizes does not pay for all of them (a contiguous world
+  // of 2^24 ranks has 2^24: heaps for each took 4 GB on 2 samples).
   constexpr int token_bits = 38;
   static_assert(max_tokens_per_rank_limit < std::int64_t{1} << (token_bits - 1) &&
                 max_world_size <= std::int64_t{1} << (64 - token_bits));
   struct size_heaps {
-    std::size_t size_index = 0;
     indexed_heap<double> by_load;
     indexed_heap<std::int64_t, token_bits> by_tokens;
   };
-  std::vector<size_heaps> heaps;
-  std::vector<std::int32_t> heaps_of(sizes, -1);
+  per_size<size_heaps> heaps;
+  heaps.reset(sizes);
   // A quick, exact "no" for a sample that fits no group of the round (most visits of a full
   // round): per CP size the most token room of any group (-1: none; rooms only shrink in a
   // round; a size's heaps hold an entry exactly when its room is >= 0), and per sample the
@@ -336,11 +334,11 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
     const auto tokens_of = [&mb](std::int32_t id) {
       return mb.groups()[static_cast<std::size_t>(id)].tokens;
     };
-    for (size_heaps& h : heaps) {
+    heaps.each([&](std::size_t l, size_heaps& h) {
       h.by_load.clear();
       h.by_tokens.clear();
-      room[h.size_index] = -1;
-    }
+      room[l] = -1;
+    });
     deferred.clear();
     // the round's level: what a rank full of tokens costs at the token-weighted mean work per
     // token of the samples that would fill this round
@@ -358,8 +356,8 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
       level_cost = work / static_cast<double>(filled) * static_cast<double>(budget);
     }
     const auto room_left = [&] {
-      for (const size_heaps& h : heaps)
-        if (const std::int64_t r = room[h.size_index]; r >= 0 && r >= min_tokens)
+      for (const std::size_t l : heaps.made_sizes())
+        if (const std::int64_t r = room[l]; r >= 0 && r >= min_tokens)
           return true;
       return false;
     };
@@ -432,7 +430,7 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
           const std::size_t l = costs.size_index(c2);
           if (room[l] < t2)
             continue; // no group of this size has the token room (or none is open)
-          size_heaps& h = heaps[static_cast<std::size_t>(heaps_of[l])];
+          size_heaps& h = *heaps.find(l);
           std::int32_t found = h.by_tokens.top()->second; // the roomiest
           h.by_load.visit(tuning.candidates_per_size, [&](const auto& e) {
             if (tokens_of(e.second) + t2 > budget)
@@ -454,7 +452,7 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
           const std::size_t l = costs.size_index(c2);
           if (room[l] < 0)
             continue; // no group of this size is open
-          size_heaps& h = heaps[static_cast<std::size_t>(heaps_of[l])];
+          size_heaps& h = *heaps.find(l);
           const double w2 = cost_at(x, c2);
           if (w2 * c2 > tuning.ride_area * x.cost * x.cp)
             break; // larger sizes cost more area still
@@ -534,11 +532,7 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
       auto& g = mb.groups()[static_cast<std::size_t>(chosen)];
       mb.add(chosen, x.id, x.tokens, x.cost);
       round_max = std::max(round_max, g.load);
-      if (heaps_of[l] < 0) {
-        heaps_of[l] = static_cast<std::int32_t>(heaps.size());
-        heaps.emplace_back().size_index = l;
-      }
-      size_heaps& h = heaps[static_cast<std::size_t>(heaps_of[l])];
+      size_heaps& h = heaps.make(l);
       h.by_load.set(g.load, chosen);
       h.by_tokens.set(g.tokens, chosen);
       room[l] = budget - h.by_tokens.top()->first;

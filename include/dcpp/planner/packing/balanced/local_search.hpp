@@ -32,17 +32,12 @@ namespace dcpp::detail {
 class set_headroom_index {
 public:
   void reset(std::size_t sizes) {
-    sets_.clear();
+    sets_.reset(sizes);
     filed_.clear();
-    set_of_.assign(sizes, none);
   }
   void file(std::size_t size, std::int32_t id, double key) {
     drop(id); // unfiles it, and sizes filed_ to hold id (written below)
-    if (set_of_[size] == none) {
-      set_of_[size] = static_cast<std::int32_t>(sets_.size());
-      sets_.emplace_back(node_allocator<keyed>(arena_));
-    }
-    sets_[static_cast<std::size_t>(set_of_[size])].emplace(key, id);
+    sets_.make(size, node_allocator<keyed>(arena_)).emplace(key, id);
     filed_[static_cast<std::size_t>(id)] = std::pair(size, key);
   }
   void drop(std::int32_t id) {
@@ -50,34 +45,30 @@ public:
     if (u >= filed_.size())
       filed_.resize(u + 1, std::nullopt);
     if (const auto& at = filed_[u]) {
-      sets_[static_cast<std::size_t>(set_of_[at->first])].erase({at->second, id});
+      sets_.find(at->first)->erase({at->second, id});
       filed_[u].reset();
     }
   }
   template <class F>
   void walk(std::size_t size, F&& f) const {
-    if (set_of_[size] == none)
-      return;
-    for (const keyed& e : sets_[static_cast<std::size_t>(set_of_[size])])
-      if (f(e))
-        return;
+    if (const auto* set = sets_.find(size))
+      for (const keyed& e : *set)
+        if (f(e))
+          return;
   }
 
 private:
   using keyed = std::pair<double, std::int32_t>;
-  static constexpr std::int32_t none = -1;
   // one node per entry, from an arena that lives as long as the index (no malloc per update)
   node_arena arena_;
-  std::vector<std::set<keyed, std::less<keyed>, node_allocator<keyed>>> sets_;
-  std::vector<std::int32_t> set_of_; // per size index: its set in sets_, or `none`
+  per_size<std::set<keyed, std::less<keyed>, node_allocator<keyed>>> sets_;
   std::vector<std::optional<std::pair<std::size_t, double>>> filed_; // per id: (size, key)
 };
 
 class heap_headroom_index {
 public:
   void reset(std::size_t sizes) {
-    heaps_.clear();
-    heap_of_.assign(sizes, no_heap);
+    heaps_.reset(sizes);
     size_of_.clear();
   }
   void file(std::size_t size, std::int32_t id, double key) {
@@ -85,37 +76,27 @@ public:
     if (u >= size_of_.size())
       size_of_.resize(u + 1, none);
     if (size_of_[u] != size && size_of_[u] != none)
-      heap(size_of_[u]).erase(id);
-    if (heap_of_[size] == no_heap) {
-      heap_of_[size] = static_cast<std::int32_t>(heaps_.size());
-      heaps_.emplace_back();
-    }
-    heap(size).set(key, id); // files it, or moves it to its new key
+      heaps_.find(size_of_[u])->erase(id);
+    heaps_.make(size).set(key, id); // files it, or moves it to its new key
     size_of_[u] = size;
   }
   void drop(std::int32_t id) {
     const auto u = static_cast<std::size_t>(id);
     if (u < size_of_.size() && size_of_[u] != none) {
-      heap(size_of_[u]).erase(id);
+      heaps_.find(size_of_[u])->erase(id);
       size_of_[u] = none;
     }
   }
   template <class F>
   void walk(std::size_t size, F&& f) {
-    if (heap_of_[size] != no_heap)
-      heap(size).visit(std::numeric_limits<std::int32_t>::max(), f);
+    if (auto* heap = heaps_.find(size))
+      heap->visit(std::numeric_limits<std::int32_t>::max(), f);
   }
 
 private:
   static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
-  static constexpr std::int32_t no_heap = -1;
-  // the heap of a size something was filed under
-  indexed_heap<double>& heap(std::size_t size) {
-    return heaps_[static_cast<std::size_t>(heap_of_[size])];
-  }
-  std::vector<indexed_heap<double>> heaps_;
-  std::vector<std::int32_t> heap_of_; // per size index: its heap in heaps_, or `no_heap`
-  std::vector<std::size_t> size_of_;  // per id: the size index it is filed under, or `none`
+  per_size<indexed_heap<double>> heaps_;
+  std::vector<std::size_t> size_of_; // per id: the size index it is filed under, or `none`
 };
 
 //! Improves `a` in place: sweeps over the rounds; in each, the group with the largest load (the
