@@ -161,8 +161,8 @@ int main(int argc, char** argv) {
       // the whole text first: a directory, an unreadable file or a read error is named here
       constexpr auto text = dcpp::file_content::text;
       std::istringstream in(input == "-"
-                                ? dcpp::read_standard_input("input", dcpp::input_limit, text)
-                                : dcpp::read_file(input, "input", dcpp::input_limit, text));
+                                ? dcpp::read_standard_input("input", dcpp::batch_input_limit, text)
+                                : dcpp::read_file(input, "input", dcpp::batch_input_limit, text));
       batch = dcpp::read_batch(in, input == "-" ? "<stdin>" : input);
     }
     dcpp::plan_options options;

@@ -475,6 +475,20 @@ TEST_CASE("dcpp-plan: hostile inputs are one-line errors, never an abort (issue 
                "(5007 characters) is not an integer length");
 }
 
+TEST_CASE("dcpp-plan: an endless stream is refused after 1 GiB, not read until memory runs out") {
+  const fs::path out = scratch() / "stdout.txt";
+  const fs::path err = scratch() / "stderr.txt";
+  const fs::path json = scratch() / "endless.json";
+  const std::string command = "yes 5 | " + env("DCPP_PLAN") + " - --json " + json.string() + " >" +
+                              out.string() + " 2>" + err.string();
+  const int raw = std::system(command.c_str());
+  REQUIRE(WIFEXITED(raw));
+  CHECK(WEXITSTATUS(raw) == 1);
+  CHECK(slurp(err) ==
+        "dcpp-plan: error: input: '<stdin>' holds more than the limit of 1073741824 bytes\n");
+  CHECK_FALSE(fs::exists(json));
+}
+
 TEST_CASE("dcpp-plan: a file saved with a byte order mark plans as without it") {
   // the first length was refused as '\xEF\xBB\xBF100' and a JSON batch was read as text
   const auto plain = run(write("plain.txt", "100\n5000\n").string() + " --world-size 4 --json -");

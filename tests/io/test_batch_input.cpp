@@ -41,6 +41,28 @@ TEST_CASE("batch_input: text errors name the line") {
   CHECK(error_of("") == "batch.txt: no sample lengths in the input");
 }
 
+TEST_CASE("batch_input: at most max_batch_samples lengths, text and JSON") {
+  // the reader stops at the sample past the limit (an endless input filled the memory)
+  const auto n = static_cast<std::size_t>(dcpp::max_batch_samples);
+  std::string text;
+  text.reserve(2 * n + 16);
+  for (std::size_t i = 0; i < n; ++i)
+    text += "7\n";
+  CHECK(read(text).lengths.size() == n);
+  text += "# one more\n\n8\n";
+  CHECK(error_of(text) ==
+        fmt::format("batch.txt:{}: a length past the limit of 16777216 samples", n + 3));
+  if (dcpp_test::quick())
+    return; // -O0 sanitized: 2^24 JSON numbers parse slowly; the text case covers the reader
+  std::string json = "{\"seqlens\": [";
+  json.reserve(2 * n + 32);
+  for (std::size_t i = 0; i < n; ++i)
+    json += "1,";
+  json += "1]}";
+  CHECK(error_of(json) ==
+        "batch.txt: seqlens holds 16777217 lengths; the limit is 16777216 samples");
+}
+
 TEST_CASE("batch_input: a byte order mark is skipped, not read as part of the first value") {
   // (editors on Windows write one: the first length was refused as '\xEF\xBB\xBF100', a JSON
   // batch was read as text, and a calibration's first row was skipped as a header)

@@ -119,6 +119,29 @@ TEST_CASE("options: check_problem names the sample, its length and the limit") {
   CHECK(mentions(s, {"sample 1", "8001", "8000", "largest group 8", "max_tokens_per_rank = 1000"}));
 }
 
+TEST_CASE("options: check_problem bounds the batch's tokens and its samples") {
+  using enum dcpp::status_code;
+  // the largest world and budget: a sample may hold 2^60 tokens, four of them 2^62
+  auto o = opts(dcpp::max_world_size, dcpp::max_tokens_per_rank_limit);
+  const std::int64_t biggest = dcpp::max_plannable_length(o);
+  REQUIRE(biggest == std::int64_t{1} << 60);
+  std::vector<std::int64_t> lengths(4, biggest);
+  CHECK(dcpp::check_problem(o, lengths).ok());
+  lengths.push_back(1);
+  auto s = dcpp::check_problem(o, lengths);
+  CHECK(s.code == invalid_length);
+  CHECK(s.sample == 4);
+  CHECK(mentions(s, {"sample 4", "(4611686018427387905)", "limit 4611686018427387904"}));
+  // the sample count: 2^24 plan (checked here; planned by dcpp-plan in 15 s), one more does not
+  o = opts(8, 4096);
+  lengths.assign(static_cast<std::size_t>(dcpp::max_batch_samples), 1);
+  CHECK(dcpp::check_problem(o, lengths).ok());
+  lengths.push_back(1);
+  s = dcpp::check_problem(o, lengths);
+  CHECK(s.code == invalid_length);
+  CHECK(s.message == "the batch holds 16777217 samples; the limit is 16777216");
+}
+
 TEST_CASE("options: min_cp_of is the smallest legal size that fits, against brute force") {
   for (const auto topo : {dcpp::topology::aligned, dcpp::topology::contiguous}) {
     auto o = opts(24, 1000);

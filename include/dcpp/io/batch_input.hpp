@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -32,6 +33,11 @@ struct batch_input {
   std::optional<std::int32_t> min_cp; //!< JSON `min_cp_size`
   std::optional<std::int32_t> microbatch_multiple; //!< JSON `vpp_microbatch_group_size`
 };
+
+//! The most bytes a batch's input may hold where a program reads one (dcpp-plan): 64 per sample
+//! at `max_batch_samples` (a length, its comment and its line end), so that an endless stream
+//! is refused after 1 GiB instead of filling the memory.
+inline constexpr std::int64_t batch_input_limit = max_batch_samples * 64; // 2^30
 
 namespace detail {
 inline std::string_view trim(std::string_view s) {
@@ -72,8 +78,8 @@ std::optional<T> optional_integer(const nlohmann::json& j, std::string_view sour
 //! Text: one positive integer length per line; `#` starts a comment; blank lines are skipped.
 //! JSON (first non-blank character `{`): an object with a `seqlens` array; `total_gpus`,
 //! `max_seq_len_per_rank`, `min_cp_size`, `vpp_microbatch_group_size` and `name` may sit beside
-//! it. A leading UTF-8 byte order mark is skipped. Throws dcpp::error naming the line (text) or
-//! the array index (JSON).
+//! it. A leading UTF-8 byte order mark is skipped. At most `max_batch_samples` lengths. Throws
+//! dcpp::error naming the line (text) or the array index (JSON).
 inline batch_input read_batch(std::istream& in, std::string_view source) {
   const std::string content{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   const std::string_view text = detail::without_bom(content);
@@ -86,6 +92,11 @@ inline batch_input read_batch(std::istream& in, std::string_view source) {
       throw error(status_code::parse_error,
                   fmt::format("{}: missing array field 'seqlens'", source));
     const auto& seqlens = j["seqlens"];
+    if (std::cmp_greater(seqlens.size(), max_batch_samples))
+      throw error(status_code::invalid_length,
+                  fmt::format("{}: seqlens holds {} lengths; the limit is {} samples", source,
+                              seqlens.size(), max_batch_samples),
+                  max_batch_samples);
     for (std::size_t i = 0; i < seqlens.size(); ++i) {
       std::int64_t length = 0;
       if (!detail::json_integer(seqlens[i], length) || length <= 0)
@@ -127,6 +138,11 @@ inline batch_input read_batch(std::istream& in, std::string_view source) {
         throw error(status_code::invalid_length,
                     fmt::format("{}:{}: length = {} must be positive", source, line_no, *value),
                     static_cast<std::int64_t>(batch.lengths.size()));
+      if (std::cmp_equal(batch.lengths.size(), max_batch_samples))
+        throw error(status_code::invalid_length,
+                    fmt::format("{}:{}: a length past the limit of {} samples", source, line_no,
+                                max_batch_samples),
+                    max_batch_samples);
       batch.lengths.push_back(*value);
     }
   }
