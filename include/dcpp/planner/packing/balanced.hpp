@@ -21,6 +21,7 @@
 #include "dcpp/planner/packing/balanced/assignment.hpp"
 #include "dcpp/planner/packing/balanced/bisected.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
+#include "dcpp/planner/packing/balanced/exchange.hpp"
 #include "dcpp/planner/packing/balanced/levelled.hpp"
 #include "dcpp/planner/packing/balanced/local_search.hpp"
 #include "dcpp/planner/packing/balanced/targeted.hpp"
@@ -91,6 +92,8 @@ struct balanced_step {
 //! * Fallbacks: when no selected construction yields a plan, the megatron plan (improved) is the
 //!   result; past the megatron limit the levelled construction always runs, and if it needs more
 //!   rounds than allowed, megatron_greedy's count becomes the bound after all.
+//! * Last: tiles of ranks traded between the best plan's rounds (`detail::exchange_tiles`,
+//!   `tuning.tile_exchange_sweeps`), where that lowers the step time.
 //! Where the megatron construction runs and is selected, a `balanced` plan is never slower than
 //! `megatron_greedy`'s under the same estimator.
 template <bucketing_policy Bucketing = by_cp_size>
@@ -123,9 +126,18 @@ struct balanced_with {
   [[nodiscard]] status check(const problem&) const { return tuning.check(); }
 
   template <workload_estimator Estimator>
-  plan pack(const problem& pr, const Estimator& estimator) const;
+  plan pack(const problem& pr, const Estimator& estimator) const {
+    return pack_with(pr, estimator, true);
+  }
 
 private:
+  //! `pack`; `last`: the tile exchange ends it. The portfolio's own inner runs (the aligned
+  //! sizes of a contiguous problem, the samples the chunked and bisected constructions leave)
+  //! go without it, so that the exchange comes after everything else and a plan is never slower
+  //! for it.
+  template <workload_estimator Estimator>
+  plan pack_with(const problem& pr, const Estimator& estimator, bool last) const;
+
   template <workload_estimator Estimator>
   std::optional<plan> chunked_plan(const problem& pr, const Estimator& estimator,
                                    const detail::gap_class& runs) const;
@@ -143,7 +155,8 @@ using balanced = balanced_with<>;
 
 template <bucketing_policy Bucketing>
 template <workload_estimator Estimator>
-plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimator) const {
+plan balanced_with<Bucketing>::pack_with(const problem& pr, const Estimator& estimator,
+                                         bool last) const {
   throw_if_failed(tuning.check());
   using enum balanced_construction;
   using state = detail::assignment<Estimator>;
@@ -453,12 +466,38 @@ plan balanced_with<Bucketing>::pack(const problem& pr, const Estimator& estimato
   if (tuning.aligned_in_contiguous && o.group_topology == topology::contiguous && have_plan &&
       best_step > bound * (1 + tuning.aligned_gap)) {
     if (std::optional<problem> aligned = detail::aligned_problem(pr, estimator)) {
-      state a = state::from_plan(costs, pack(*aligned, estimator));
+      state a = state::from_plan(costs, pack_with(*aligned, estimator, false));
       if (static_cast<std::size_t>(a.rounds()) <= allowed)
         keep_if_faster(a);
     }
   }
 
+  // Last, tiles of ranks traded between the best plan's rounds (detail::exchange_tiles): the
+  // local search moves one sample at a time, this the contents of many ranks. Nothing runs after
+  // it, so that it only ever makes the plan faster.
+  if (last && have_plan && !at_bound() && tuning.tile_exchange_sweeps > 0 &&
+      best.microbatches.size() > 1) {
+    std::vector<detail::exchanged_group> groups;
+    std::vector<double> maxima;
+    detail::exchange_inputs(best, costs, groups, maxima);
+    if (detail::exchange_tiles(groups, maxima, o.world_size, tuning)) {
+      // the step time as the state sums it (the loads are the same sums)
+      double step = static_cast<double>(maxima.size()) * costs.overhead();
+      for (const double m : maxima)
+        step += m;
+      if (step < best_step) {
+        detail::move_exchanged(best, groups);
+        best_step = step;
+        if (std::ranges::any_of(best.microbatches,
+                                [](const plan_microbatch& mb) { return mb.groups.empty(); })) {
+          state a = state::from_plan(costs, best); // a round left empty costs its overhead
+          drop_empty_rounds(a);
+          best_step = a.step_time();
+          best = a.to_plan(name);
+        }
+      }
+    }
+  }
   return best;
 }
 
@@ -538,7 +577,7 @@ balanced_with<Bucketing>::pack_apart(const problem& pr, const Estimator& estimat
     tabulate_costs(others, estimator);
   balanced_with inner = *this;
   inner.constructions &= ~(construct_chunked | construct_bisected);
-  std::vector<plan_microbatch> rounds = inner.pack(others, estimator).microbatches;
+  std::vector<plan_microbatch> rounds = inner.pack_with(others, estimator, false).microbatches;
   for (plan_microbatch& mb : rounds)
     for (plan_group& g : mb.groups)
       for (std::int32_t& s : g.samples)
