@@ -149,11 +149,12 @@ struct balanced_tuning {
   //! from 0.94 to 0.975 of the bound; on the benchmark a second pass never paid.
   std::int32_t spill_passes = 1;
   std::int64_t spill_limit = std::int64_t{1} << 17;
-  //! Last of all, tiles of ranks are traded between the best plan's rounds
-  //! (`detail::exchange_tiles`), the tile sizes swept up to this many times while one pays; 0
-  //! turns it off. Two-tier long_tail/1024: 0.948 -> 0.956 of the budget-aware bound, as the
-  //! 16-rank groups of its long samples gather in fewer rounds; 69 of the benchmark's 180 plans
-  //! faster, none slower. A second sweep gained 0.0001 s on long_tail/1024, nothing elsewhere.
+  //! Tiles of ranks are traded between the best plan's rounds (`detail::exchange_tiles`) before
+  //! the final search and last of all, the tile sizes swept up to this many times while one
+  //! pays; 0 turns it off. Two-tier long_tail/1024: 0.948 -> 0.958 of the budget-aware bound, as
+  //! the 16-rank groups of its long samples gather in fewer rounds; 72 of the benchmark's 180
+  //! plans faster, one 0.02% slower. A second sweep gained 0.0001 s on long_tail/1024, nothing
+  //! else.
   std::int32_t tile_exchange_sweeps = 1;
   //! A construction this factor slower than the best plan so far is not improved: the local
   //! search does not close such a gap, and it is the costly part.
