@@ -487,6 +487,8 @@ TEST_CASE("balanced: an unusable tuning is refused, naming the member, its value
           "balanced tuning: final_candidates_factor = 0 is below 1");
   refused([](auto& t) { t.final_search_from = -1; },
           "balanced tuning: final_search_from = -1 is below 0");
+  refused([](auto& t) { t.tile_exchange_sweeps = -1; },
+          "balanced tuning: tile_exchange_sweeps = -1 is below 0");
   refused([](auto& t) { t.bisected_splits = 0; },
           "balanced tuning: bisected_splits = 0 is below 1");
   refused([](auto& t) { t.bisected_trials = -1; },
