@@ -411,6 +411,144 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
   return (total + best[subsets - 1]) / world;
 }
 
+//! The slowest-round term of `budget_lower_bound` (see there), before the micro-batch overhead:
+//! min over tau of (A + sum_i past_i(tau) + max(0, N tau - KS_tau(N M))) / N, tau from the
+//! least time every sample can reach. `lengths`: the batch's rows with their counts and least
+//! areas (`make_gap_rows`, or `budget_lower_bound`'s own), `total` their least areas summed.
+//! Per length, its area below tau falls in steps as tau passes the times of its sizes; tau
+//! is swept over those times once, each length's current area kept in a Fenwick tree over
+//! every (length, step) in knapsack order, so that KS is one descent: O(P log P) for P steps
+//! (lengths x legal sizes at most). Ties are broken by length, never by row number, so the
+//! sums come out the same with or without the problem's cost rows.
+template <workload_estimator Estimator>
+double slowest_round_bound(const problem& pr, const Estimator& estimator, const gap_rows& lengths,
+                           double total) {
+  const std::span<const std::int32_t> first_of = lengths.first_of;
+  const std::size_t rows = first_of.size();
+  if (rows == 0)
+    return 0;
+  const double world = pr.options.world_size;
+  const double capacity = world * static_cast<double>(pr.options.max_tokens_per_rank);
+  // per length: its least rank-tokens and its steps (time, area: the least area of the sizes of
+  // at most that time), by time; `floor`: the least time every length reaches
+  struct step {
+    double time;
+    double area;
+    std::int64_t length;
+    std::size_t row;
+  };
+  std::vector<step> steps;
+  std::vector<double> tokens(rows, std::numeric_limits<double>::infinity());
+  std::vector<std::pair<double, double>> sizes; // (time, area) of one length
+  double floor = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const auto first = static_cast<std::size_t>(first_of[r]);
+    sizes.clear();
+    for (const std::int32_t cp : pr.cp_sizes)
+      if (cp >= pr.min_cp_of[first]) {
+        const double w = sample_cost(pr, estimator, first, cp);
+        sizes.emplace_back(w, w * cp);
+        tokens[r] = std::min(tokens[r], static_cast<double>(pr.rank_tokens(first, cp)) * cp);
+      }
+    if (sizes.empty())
+      return 0;
+    std::sort(sizes.begin(), sizes.end());
+    floor = std::max(floor, sizes.front().first);
+    double least = std::numeric_limits<double>::infinity();
+    for (const auto& [w, a] : sizes)
+      if (a < least) {
+        least = a;
+        steps.push_back({w, a, pr.lengths[first], r});
+      }
+  }
+  if (std::ranges::any_of(tokens, [](double t) { return !(t > 0); }))
+    return 0;
+  // the steps in knapsack order (most area per least rank-token first), each one's place there
+  const std::size_t n = steps.size();
+  std::vector<std::size_t> by_density(n);
+  for (std::size_t k = 0; k < n; ++k)
+    by_density[k] = k;
+  std::sort(by_density.begin(), by_density.end(), [&](std::size_t x, std::size_t y) {
+    const double dx = steps[x].area / tokens[steps[x].row];
+    const double dy = steps[y].area / tokens[steps[y].row];
+    if (dx != dy)
+      return dx > dy;
+    return steps[x].length != steps[y].length ? steps[x].length < steps[y].length
+                                              : steps[x].area < steps[y].area;
+  });
+  std::vector<std::size_t> place(n);
+  for (std::size_t k = 0; k < n; ++k)
+    place[by_density[k]] = k + 1; // Fenwick positions from 1
+  std::vector<double> tree_tokens(n + 1, 0.0);
+  std::vector<double> tree_area(n + 1, 0.0);
+  std::vector<double> at_tokens(n + 1, 0.0); // what each position holds now
+  std::vector<double> at_area(n + 1, 0.0);
+  const auto add = [&](std::size_t pos, double t, double a) {
+    at_tokens[pos] += t;
+    at_area[pos] += a;
+    for (; pos <= n; pos += pos & (~pos + 1)) {
+      tree_tokens[pos] += t;
+      tree_area[pos] += a;
+    }
+  };
+  // KS(capacity): the densest areas whose tokens fit, the last in part
+  const std::size_t top = std::bit_floor(n);
+  const auto carried = [&] {
+    std::size_t pos = 0;
+    double t = 0;
+    double a = 0;
+    for (std::size_t half = top; half > 0; half /= 2)
+      if (pos + half <= n && t + tree_tokens[pos + half] <= capacity) {
+        pos += half;
+        t += tree_tokens[pos];
+        a += tree_area[pos];
+      }
+    for (std::size_t next = pos + 1; next <= n; ++next) // the next position that holds tokens
+      if (at_tokens[next] > 0)
+        return a + at_area[next] * (capacity - t) / at_tokens[next];
+    return a;
+  };
+  // the sweep: steps by time (then length); each length's step replaces its last
+  std::vector<std::size_t> by_time(n);
+  for (std::size_t k = 0; k < n; ++k)
+    by_time[k] = k;
+  std::sort(by_time.begin(), by_time.end(), [&](std::size_t x, std::size_t y) {
+    if (steps[x].time != steps[y].time)
+      return steps[x].time < steps[y].time;
+    return steps[x].length != steps[y].length ? steps[x].length < steps[y].length
+                                              : steps[x].area > steps[y].area;
+  });
+  constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  std::vector<std::size_t> current(rows, none);
+  double past = 0;        // sum over the samples of their area below tau past their least
+  std::size_t raised = 0; // lengths whose area below tau is past their least: past is 0 without
+  double least = std::numeric_limits<double>::infinity();
+  for (std::size_t k = 0; k < n;) {
+    const double tau = steps[by_time[k]].time;
+    for (; k < n && steps[by_time[k]].time == tau; ++k) {
+      const std::size_t x = by_time[k];
+      const std::size_t r = steps[x].row;
+      const auto count = static_cast<double>(lengths.count[r]);
+      if (current[r] != none) {
+        const step& was = steps[current[r]];
+        add(place[current[r]], -count * tokens[r], -count * was.area);
+        past -= count * (was.area - lengths.least[r].area);
+        raised -= was.area > lengths.least[r].area ? 1 : 0;
+      }
+      current[r] = x;
+      add(place[x], count * tokens[r], count * steps[x].area);
+      past += count * (steps[x].area - lengths.least[r].area);
+      raised += steps[x].area > lengths.least[r].area ? 1 : 0;
+    }
+    if (tau < floor)
+      continue;
+    // (past summed with subtractions may keep a rounding residue: none once no length is raised)
+    const double paid = raised == 0 ? 0.0 : std::max(0.0, past);
+    least = std::min(least, paid + std::max(0.0, world * tau - carried()));
+  }
+  return (total + least) / world;
+}
+
 //! `budget_lower_bound`'s terms: every term but the gaps (with the overhead of the fewest rounds),
 //! and the gap term (0 where it has nothing to say); the bound is the larger.
 struct budget_terms {
@@ -516,7 +654,10 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
   double gaps = 0; // the gap term of each class of samples (same smallest size, at least 2)
   for (const gap_class& c : gap_classes(pr, estimator, lengths, fewest, overhead))
     gaps = std::max(gaps, c.bound);
-  return {std::max({area / n, longest, work_bound, forced}) +
+  const double slowest = pr.cp_sizes.size() <= gap_bound_most_sizes
+                             ? slowest_round_bound(pr, estimator, lengths, lengths.total)
+                             : 0.0;
+  return {std::max({area / n, longest, work_bound, forced, slowest}) +
               static_cast<double>(fewest) * overhead,
           gaps};
 }
@@ -580,7 +721,24 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
 //!   step >= (sum_i least_i + F(k)) / N + max(k, fewest rounds) x overhead
 //! for the best k; the bound takes the best class. Without overhead more rounds cost nothing
 //! and the term says nothing.
-//! Without heavy samples, forcing rounds or gaps it equals `lower_bound`.
+//! The slowest round (`detail::slowest_round_bound`; where the options allow at most 64 sizes):
+//! let tau be the time of a plan's slowest round, T_1. Every sample sits in a round of time at
+//! most tau, on a size whose time is at most tau (a group's time is its samples' times summed),
+//! so it takes at least area_i(tau), its least area over those sizes: past_i(tau) = area_i(tau)
+//! - least_i at least. The slowest round's idle rank time is N tau - sum_{S_1} a_i (S_1 its
+//! samples, a_i their actual areas, their rank-tokens within N M), and a_i - p_i = least_i for
+//! every sample (p_i its actual area past the least). So
+//!   N * sum_k T_k >= sum_i least_i + sum_i p_i + idle_1
+//!                 >= A + sum_i past_i(tau) + max(0, N tau - KS_tau(N M))
+//! (idle_1 >= 0; and, trading S_1's p_i for their least areas, sum_{not S_1} past_i(tau) + N tau
+//! - sum_{S_1} least_i, S_1 at most the knapsack of the areas area_i(tau) by least rank-tokens).
+//! tau is unknown: the term is the least over tau >= the least time every sample can reach,
+//! and since between two sizes' times the right side only grows with tau, over those times.
+//! Two-tier `long_tail/1024`: 22 samples of 131,072 tokens (2.835 s on 16 ranks, 1.643 s on
+//! 32, beyond a node) cannot be joined in the slowest round by samples dense enough to fill it;
+//! the term is least at tau = 2.687 s, the samples slower than that on 32 ranks for 0.184 s
+//! of area: 18.8389 s, where the other terms reach 18.7255.
+//! Without heavy samples, forcing rounds, gaps or a slowest round it equals `lower_bound`.
 template <workload_estimator Estimator>
 double budget_lower_bound(const problem& pr, const Estimator& estimator) {
   const detail::budget_terms terms = detail::budget_bound_terms(pr, estimator);
