@@ -3,6 +3,7 @@
 #include "../support.hpp"
 
 #include "../helpers.hpp"
+#include "enumerate.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -266,75 +267,6 @@ TEST_CASE("plan: budget_lower_bound charges the rounds the longest samples force
   CHECK(std::move(de).step_time(o2, pe, e) == doctest::Approx(122000.0));
 }
 
-namespace {
-// The fastest plan of a small batch on 1, 2 or 4 aligned ranks, by enumerating every plan: each
-// sample in turn joins a round's group (same size, within the budget) or opens a group of a
-// legal size in a round (within the world's ranks: powers of two in a power-of-two world fit
-// aligned whenever their sum does) or a new round. Step time plus overhead per round, as
-// evaluate prices it.
-template <class Estimator>
-double fastest_plan(const dcpp::problem& pr, const Estimator& e) {
-  struct group {
-    std::int32_t cp;
-    std::int64_t tokens;
-    double time;
-  };
-  std::vector<std::vector<group>> rounds; // at most one per sample, at most 4 groups each
-  rounds.reserve(pr.size());
-  const double overhead = dcpp::microbatch_overhead(pr, e);
-  double best = std::numeric_limits<double>::infinity();
-  // the longest first, and no partial plan followed past the best (times only grow)
-  std::vector<std::size_t> order(pr.size());
-  for (std::size_t i = 0; i < order.size(); ++i)
-    order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t a, std::size_t b) { return pr.lengths[a] > pr.lengths[b]; });
-  const auto place = [&](const auto& self, std::size_t at) -> void {
-    double step = 0;
-    for (const auto& r : rounds) {
-      double t = 0;
-      for (const group& g : r)
-        t = std::max(t, g.time);
-      step += t + overhead;
-    }
-    if (step >= best)
-      return;
-    if (at == pr.size()) {
-      best = step;
-      return;
-    }
-    const std::size_t i = order[at];
-    const auto try_round = [&](std::vector<group>& r) {
-      for (std::size_t k = 0; k < r.size(); ++k)
-        if (r[k].cp >= pr.min_cp_of[i] &&
-            r[k].tokens + pr.rank_tokens(i, r[k].cp) <= pr.options.max_tokens_per_rank) {
-          const group was = r[k];
-          r[k].tokens += pr.rank_tokens(i, was.cp);
-          r[k].time += dcpp::sample_cost(pr, e, i, was.cp);
-          self(self, at + 1);
-          r[k] = was;
-        }
-      std::int32_t used = 0;
-      for (const group& g : r)
-        used += g.cp;
-      for (const std::int32_t cp : pr.cp_sizes)
-        if (cp >= pr.min_cp_of[i] && used + cp <= pr.options.world_size) {
-          r.push_back({cp, pr.rank_tokens(i, cp), dcpp::sample_cost(pr, e, i, cp)});
-          self(self, at + 1);
-          r.pop_back();
-        }
-    };
-    for (std::size_t k = 0; k < rounds.size(); ++k)
-      try_round(rounds[k]);
-    rounds.emplace_back().reserve(4);
-    try_round(rounds.back());
-    rounds.pop_back();
-  };
-  place(place, 0);
-  return best;
-}
-} // namespace
-
 TEST_CASE("plan: budget_lower_bound never passes the fastest plan of 2,000 small batches, found "
           "by enumerating every plan") {
   // 2 to 11 samples on 1, 2 or 4 ranks, tight budgets: the forced-round term deals eight of
@@ -361,7 +293,7 @@ TEST_CASE("plan: budget_lower_bound never passes the fastest plan of 2,000 small
     CAPTURE(lengths);
     const auto pr = dcpp::make_problem(o, lengths);
     const auto check = [&](const auto& e) {
-      const double fastest = fastest_plan(pr, e);
+      const double fastest = dcpp_test::fastest_plan(pr, e);
       const double bound = dcpp::budget_lower_bound(pr, e);
       CHECK(bound <= fastest * (1 + 1e-9));
       tighter += bound > dcpp::lower_bound(pr, e) * (1 + 1e-9) ? 1 : 0;
@@ -422,7 +354,7 @@ TEST_CASE("plan: budget_lower_bound's gap term never passes the fastest plan of 
                               std::pow(10.0, -1.5 + 2.0 * r.uniform());
       CAPTURE(*o.microbatch_overhead);
       const auto pr = dcpp::make_problem(o, lengths);
-      const double fastest = fastest_plan(pr, e);
+      const double fastest = dcpp_test::fastest_plan(pr, e);
       const dcpp::detail::budget_terms terms = dcpp::detail::budget_bound_terms(pr, e);
       CHECK(terms.gaps <= fastest * (1 + 1e-9));
       CHECK(dcpp::budget_lower_bound(pr, e) == std::max(terms.gaps, terms.without_gaps));
@@ -589,130 +521,4 @@ TEST_CASE("plan: the cost table holds the estimator's bits; sample_cost falls ba
             e.cost(pr.lengths[0], pr.cp_sizes.back()));
     }
   }
-}
-
-namespace {
-// The slowest-round term worked out directly: every sample's every size time as tau (from the
-// least time every sample reaches), each sample's area below tau and a fractional knapsack of
-// those areas by least rank-tokens, sample by sample: no rows, no sweep, no Fenwick tree.
-template <class Estimator>
-double slowest_round_reference(const dcpp::problem& pr, const Estimator& e) {
-  const double world = pr.options.world_size;
-  const double capacity = world * static_cast<double>(pr.options.max_tokens_per_rank);
-  struct option {
-    double time, area;
-  };
-  std::vector<std::vector<option>> options(pr.size());
-  std::vector<double> least(pr.size(), std::numeric_limits<double>::infinity());
-  std::vector<double> tokens(pr.size(), std::numeric_limits<double>::infinity());
-  std::vector<double> taus;
-  for (std::size_t i = 0; i < pr.size(); ++i)
-    for (const std::int32_t cp : pr.cp_sizes)
-      if (cp >= pr.min_cp_of[i]) {
-        const double w = dcpp::sample_cost(pr, e, i, cp);
-        options[i].push_back({w, w * cp});
-        least[i] = std::min(least[i], w * cp);
-        tokens[i] = std::min(tokens[i], static_cast<double>(pr.rank_tokens(i, cp)) * cp);
-        taus.push_back(w);
-      }
-  double total = 0;
-  for (const double a : least)
-    total += a;
-  double best = std::numeric_limits<double>::infinity();
-  for (const double tau : taus) {
-    double past = 0;
-    bool reached = true;
-    std::vector<std::pair<double, double>> items; // (area per token, tokens)
-    for (std::size_t i = 0; i < pr.size() && reached; ++i) {
-      double area = std::numeric_limits<double>::infinity();
-      for (const option& o : options[i])
-        if (o.time <= tau)
-          area = std::min(area, o.area);
-      reached = area < std::numeric_limits<double>::infinity();
-      past += area - least[i];
-      items.emplace_back(area / tokens[i], tokens[i]);
-    }
-    if (!reached)
-      continue;
-    std::sort(items.begin(), items.end(), std::greater<>());
-    double room = capacity;
-    double carried = 0;
-    for (const auto& [density, t] : items) {
-      const double take = std::min(room, t);
-      carried += density * take;
-      room -= take;
-    }
-    best = std::min(best, past + std::max(0.0, world * tau - carried));
-  }
-  return (total + best) / world;
-}
-
-template <class Estimator>
-double slowest_round_term(const dcpp::problem& pr, const Estimator& e) {
-  dcpp::detail::gap_rows rows;
-  dcpp::detail::make_gap_rows(pr, e, rows);
-  return dcpp::detail::slowest_round_bound(pr, e, rows, rows.total);
-}
-} // namespace
-
-TEST_CASE("plan: budget_lower_bound's slowest-round term equals its direct evaluation on 300 "
-          "seeded batches") {
-  // awkward worlds (3, 6, 24 and 48 ranks contiguous or aligned, up to 64), budgets and
-  // lengths; both estimators; the sweep with its Fenwick tree against the sample-by-sample sums
-  dcpp::workload::rng r(20261129);
-  const auto two_tier = cost_only{*dcpp::transformer_cost::from_preset("llama3-8b@h100")};
-  int raised = 0;
-  for (int trial = 0; trial < 300; ++trial) {
-    const std::int32_t worlds[] = {3, 6, 8, 24, 48, 64};
-    auto o = opts(worlds[r.uniform_int(0, 5)], r.uniform_int(100, 9000));
-    if (o.world_size % 8 != 0 || r.uniform_int(0, 2) == 0)
-      o.group_topology = dcpp::topology::contiguous;
-    const std::int64_t cap = dcpp::max_plannable_length(o);
-    std::vector<std::int64_t> lengths(static_cast<std::size_t>(r.uniform_int(1, 97)));
-    for (auto& l : lengths)
-      l = r.uniform_int(0, 4) == 0 ? r.uniform_int(cap / 4 + 1, cap)
-                                   : r.uniform_int(1, o.max_tokens_per_rank);
-    CAPTURE(trial);
-    CAPTURE(o.world_size);
-    const bool contiguous = o.group_topology == dcpp::topology::contiguous;
-    CAPTURE(contiguous);
-    CAPTURE(o.max_tokens_per_rank);
-    CAPTURE(lengths);
-    const auto pr = dcpp::make_problem(o, lengths);
-    const auto check = [&](const auto& e) {
-      const double term = slowest_round_term(pr, e);
-      CHECK(term == doctest::Approx(slowest_round_reference(pr, e)).epsilon(1e-12));
-      const double overhead = dcpp::min_microbatches(pr) * dcpp::microbatch_overhead(pr, e);
-      raised += term + overhead > dcpp::lower_bound(pr, e) * (1 + 1e-9) ? 1 : 0;
-    };
-    if (trial % 2 == 0)
-      check(dcpp::megatron_cost{});
-    else
-      check(two_tier);
-  }
-  // the term is above DESIGN.md's bound on 20 of them
-  CHECK(raised >= 15);
-}
-
-TEST_CASE("plan: budget_lower_bound's slowest-round term prices the 131K samples of the "
-          "benchmark's long_tail/1024, below the plan balanced makes") {
-  // 65,536 samples on 1,024 ranks of 8K tokens, two-tier: 22 samples of 131,072 tokens run
-  // 2.835 s on 16 ranks and 1.643 s on 32 (the slower tier past 8 GPUs: 16% more area). The
-  // slowest round cannot be filled to 2.835 s from the other samples, and the term finds the
-  // cheapest way out at tau = 2.687 s: the samples slower than that on 32 ranks, for 0.184 s
-  // of area, 18.8389 s in all; the forced-round term (8-12 of them) and the gap term said 18.7255
-  if (dcpp_test::quick())
-    return; // a 65,536-sample plan under the sanitizers: the -O2 build covers it
-  auto o = opts(1024, 8192);
-  const auto lengths = dcpp::workload::long_tail(65536, 7);
-  const auto pr = dcpp::make_problem(o, lengths);
-  const auto e = *dcpp::transformer_cost::from_preset("llama3-8b@h100");
-  const double overhead = dcpp::min_microbatches(pr) * dcpp::microbatch_overhead(pr, e);
-  const double term = slowest_round_term(pr, e);
-  CHECK(term + overhead == doctest::Approx(18.8389).epsilon(1e-4));
-  CHECK(dcpp::budget_lower_bound(pr, e) == term + overhead);
-  CHECK(dcpp::lower_bound(pr, e) == doctest::Approx(18.6550).epsilon(1e-4));
-  dcpp::plan p = dcpp::balanced{}.pack(pr, e);
-  dcpp::evaluate(p, pr, e);
-  CHECK(p.metrics.estimated_step_time >= dcpp::budget_lower_bound(pr, e));
 }

@@ -22,6 +22,7 @@
 #include "dcpp/planner/gap_bound.hpp"
 #include "dcpp/planner/options.hpp"
 #include "dcpp/planner/plan.hpp"
+#include "dcpp/planner/slowest_round.hpp"
 
 namespace dcpp {
 
@@ -411,144 +412,6 @@ double forced_round_bound(const problem& pr, const Estimator& estimator,
   return (total + best[subsets - 1]) / world;
 }
 
-//! The slowest-round term of `budget_lower_bound` (see there), before the micro-batch overhead:
-//! min over tau of (A + sum_i past_i(tau) + max(0, N tau - KS_tau(N M))) / N, tau from the
-//! least time every sample can reach. `lengths`: the batch's rows with their counts and least
-//! areas (`make_gap_rows`, or `budget_lower_bound`'s own), `total` their least areas summed.
-//! Per length, its area below tau falls in steps as tau passes the times of its sizes; tau
-//! is swept over those times once, each length's current area kept in a Fenwick tree over
-//! every (length, step) in knapsack order, so that KS is one descent: O(P log P) for P steps
-//! (lengths x legal sizes at most). Ties are broken by length, never by row number, so the
-//! sums come out the same with or without the problem's cost rows.
-template <workload_estimator Estimator>
-double slowest_round_bound(const problem& pr, const Estimator& estimator, const gap_rows& lengths,
-                           double total) {
-  const std::span<const std::int32_t> first_of = lengths.first_of;
-  const std::size_t rows = first_of.size();
-  if (rows == 0)
-    return 0;
-  const double world = pr.options.world_size;
-  const double capacity = world * static_cast<double>(pr.options.max_tokens_per_rank);
-  // per length: its least rank-tokens and its steps (time, area: the least area of the sizes of
-  // at most that time), by time; `floor`: the least time every length reaches
-  struct step {
-    double time;
-    double area;
-    std::int64_t length;
-    std::size_t row;
-  };
-  std::vector<step> steps;
-  std::vector<double> tokens(rows, std::numeric_limits<double>::infinity());
-  std::vector<std::pair<double, double>> sizes; // (time, area) of one length
-  double floor = 0;
-  for (std::size_t r = 0; r < rows; ++r) {
-    const auto first = static_cast<std::size_t>(first_of[r]);
-    sizes.clear();
-    for (const std::int32_t cp : pr.cp_sizes)
-      if (cp >= pr.min_cp_of[first]) {
-        const double w = sample_cost(pr, estimator, first, cp);
-        sizes.emplace_back(w, w * cp);
-        tokens[r] = std::min(tokens[r], static_cast<double>(pr.rank_tokens(first, cp)) * cp);
-      }
-    if (sizes.empty())
-      return 0;
-    std::sort(sizes.begin(), sizes.end());
-    floor = std::max(floor, sizes.front().first);
-    double least = std::numeric_limits<double>::infinity();
-    for (const auto& [w, a] : sizes)
-      if (a < least) {
-        least = a;
-        steps.push_back({w, a, pr.lengths[first], r});
-      }
-  }
-  if (std::ranges::any_of(tokens, [](double t) { return !(t > 0); }))
-    return 0;
-  // the steps in knapsack order (most area per least rank-token first), each one's place there
-  const std::size_t n = steps.size();
-  std::vector<std::size_t> by_density(n);
-  for (std::size_t k = 0; k < n; ++k)
-    by_density[k] = k;
-  std::sort(by_density.begin(), by_density.end(), [&](std::size_t x, std::size_t y) {
-    const double dx = steps[x].area / tokens[steps[x].row];
-    const double dy = steps[y].area / tokens[steps[y].row];
-    if (dx != dy)
-      return dx > dy;
-    return steps[x].length != steps[y].length ? steps[x].length < steps[y].length
-                                              : steps[x].area < steps[y].area;
-  });
-  std::vector<std::size_t> place(n);
-  for (std::size_t k = 0; k < n; ++k)
-    place[by_density[k]] = k + 1; // Fenwick positions from 1
-  std::vector<double> tree_tokens(n + 1, 0.0);
-  std::vector<double> tree_area(n + 1, 0.0);
-  std::vector<double> at_tokens(n + 1, 0.0); // what each position holds now
-  std::vector<double> at_area(n + 1, 0.0);
-  const auto add = [&](std::size_t pos, double t, double a) {
-    at_tokens[pos] += t;
-    at_area[pos] += a;
-    for (; pos <= n; pos += pos & (~pos + 1)) {
-      tree_tokens[pos] += t;
-      tree_area[pos] += a;
-    }
-  };
-  // KS(capacity): the densest areas whose tokens fit, the last in part
-  const std::size_t top = std::bit_floor(n);
-  const auto carried = [&] {
-    std::size_t pos = 0;
-    double t = 0;
-    double a = 0;
-    for (std::size_t half = top; half > 0; half /= 2)
-      if (pos + half <= n && t + tree_tokens[pos + half] <= capacity) {
-        pos += half;
-        t += tree_tokens[pos];
-        a += tree_area[pos];
-      }
-    for (std::size_t next = pos + 1; next <= n; ++next) // the next position that holds tokens
-      if (at_tokens[next] > 0)
-        return a + at_area[next] * (capacity - t) / at_tokens[next];
-    return a;
-  };
-  // the sweep: steps by time (then length); each length's step replaces its last
-  std::vector<std::size_t> by_time(n);
-  for (std::size_t k = 0; k < n; ++k)
-    by_time[k] = k;
-  std::sort(by_time.begin(), by_time.end(), [&](std::size_t x, std::size_t y) {
-    if (steps[x].time != steps[y].time)
-      return steps[x].time < steps[y].time;
-    return steps[x].length != steps[y].length ? steps[x].length < steps[y].length
-                                              : steps[x].area > steps[y].area;
-  });
-  constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
-  std::vector<std::size_t> current(rows, none);
-  double past = 0;        // sum over the samples of their area below tau past their least
-  std::size_t raised = 0; // lengths whose area below tau is past their least: past is 0 without
-  double least = std::numeric_limits<double>::infinity();
-  for (std::size_t k = 0; k < n;) {
-    const double tau = steps[by_time[k]].time;
-    for (; k < n && steps[by_time[k]].time == tau; ++k) {
-      const std::size_t x = by_time[k];
-      const std::size_t r = steps[x].row;
-      const auto count = static_cast<double>(lengths.count[r]);
-      if (current[r] != none) {
-        const step& was = steps[current[r]];
-        add(place[current[r]], -count * tokens[r], -count * was.area);
-        past -= count * (was.area - lengths.least[r].area);
-        raised -= was.area > lengths.least[r].area ? 1 : 0;
-      }
-      current[r] = x;
-      add(place[x], count * tokens[r], count * steps[x].area);
-      past += count * (steps[x].area - lengths.least[r].area);
-      raised += steps[x].area > lengths.least[r].area ? 1 : 0;
-    }
-    if (tau < floor)
-      continue;
-    // (past summed with subtractions may keep a rounding residue: none once no length is raised)
-    const double paid = raised == 0 ? 0.0 : std::max(0.0, past);
-    least = std::min(least, paid + std::max(0.0, world * tau - carried()));
-  }
-  return (total + least) / world;
-}
-
 //! `budget_lower_bound`'s terms: every term but the gaps (with the overhead of the fewest rounds),
 //! and the gap term (0 where it has nothing to say); the bound is the larger.
 struct budget_terms {
@@ -734,10 +597,33 @@ budget_terms budget_bound_terms(const problem& pr, const Estimator& estimator) {
 //! - sum_{S_1} least_i, S_1 at most the knapsack of the areas area_i(tau) by least rank-tokens).
 //! tau is unknown: the term is the least over tau >= the least time every sample can reach,
 //! and since between two sizes' times the right side only grows with tau, over those times.
+//! Whole groups (`whole_group_rows`, slowest_round.hpp): the knapsack above lets a sample's
+//! spare tokens be filled by any other. In the slowest round every group has one size c, its
+//! samples' times add up to at most tau and their rank-tokens to at most M. Let a group's leader
+//! be its sample of most rank-tokens r_l on c (time t_l) and the others its fillers, and let
+//! v_i = least_i + past_i(tau), which is at most c t_i(c) for any size c of time at most tau.
+//! The round's fill sum_{S_1} v_i is the sum over its groups of v_l plus the fillers' v, and
+//! the fillers' v is at most min(alpha (tau - t_l), beta (M - r_l)), alpha and beta the most v
+//! per time on c (at most c) and per rank-token on c of any length of rank-tokens at most
+//! min(r_l, M - r_l) and time at most tau - t_l; a group's v is also at most c tau. Each length
+//! leads at most its count of groups, each on one size, and the groups' sizes add up to at most
+//! N: the LP relaxation of that choice (per length, the upper hull of (c, value) with (0, 0);
+//! its steps taken greedily by value per rank) bounds the fill, so each tau's charge is also at
+//! least sum_i past_i(tau) + max(0, N tau - that fill). Between two consecutive legal times the
+//! leaders, the fillers and the areas below tau do not change, and the fill grows by at most N
+//! per unit of tau (a group's value by at most c), so the charge is least at an interval's
+//! start; over a run of such intervals it is at least the charge at the run's start with the
+//! areas of its end for what samples pay, those of its start for what they fill, the leaders
+//! of its end and the fillers within its end. `least_charge` refines runs of intervals best
+//! first from the bound of the fluid term and stops where no open run's bound is below the best
+//! charge found (or at its work limit, with the least of those bounds).
 //! Two-tier `long_tail/1024`: 22 samples of 131,072 tokens (2.835 s on 16 ranks, 1.643 s on
-//! 32, beyond a node) cannot be joined in the slowest round by samples dense enough to fill it;
-//! the term is least at tau = 2.687 s, the samples slower than that on 32 ranks for 0.184 s
-//! of area: 18.8389 s, where the other terms reach 18.7255.
+//! 32, beyond a node) cannot be joined in the slowest round by samples dense enough to fill it.
+//! By tokens alone the term is least at tau = 2.687 s, the samples slower than that on 32 ranks
+//! for 0.184 s of area: 18.8389 s, where the other terms reach 18.7255. With whole groups a
+//! 131K sample on 32 ranks leaves half their tokens to samples that fill at most 19 of their
+//! 32 ranks' time, and the charge is least at tau = 2.835 s, where the groups led by samples of
+//! 95-128K tokens are filled only by short samples on 16 ranks: 19.0142 s.
 //! Without heavy samples, forcing rounds, gaps or a slowest round it equals `lower_bound`.
 template <workload_estimator Estimator>
 double budget_lower_bound(const problem& pr, const Estimator& estimator) {
