@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dcpp/planner/options.hpp"
+#include "dcpp/workload/generators.hpp"
 
 namespace {
 dcpp::plan_options opts(std::int32_t n, std::int64_t m) {
@@ -163,6 +164,66 @@ TEST_CASE("options: min_cp_of is the smallest legal size that fits, against brut
       CHECK(pr.min_cp_of[i] == expect);
     }
   }
+}
+
+TEST_CASE("options: least_rank_tokens sums each sample's least padded rank-tokens over its legal "
+          "sizes, against brute force on 300 seeded batches") {
+  // contiguous and aligned worlds of 2-40 ranks, padding units 1-5: every legal size from the
+  // sample's smallest tried, no cut-offs; aligned sizes always pad least at the smallest, and a
+  // larger contiguous size pads less somewhere in most contiguous batches
+  dcpp::workload::rng r(20261133);
+  int padded_less = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    auto o = opts(static_cast<std::int32_t>(r.uniform_int(2, 40)), r.uniform_int(20, 700));
+    o.padding_unit = r.uniform_int(1, 5);
+    o.group_topology =
+        r.uniform_int(0, 2) == 0 ? dcpp::topology::aligned : dcpp::topology::contiguous;
+    if (o.group_topology == dcpp::topology::aligned)
+      o.world_size = std::int32_t{1} << r.uniform_int(1, 5);
+    const std::int64_t cap = dcpp::max_plannable_length(o);
+    std::vector<std::int64_t> lengths(static_cast<std::size_t>(r.uniform_int(1, 60)));
+    for (auto& l : lengths)
+      l = r.uniform_int(1, cap);
+    CAPTURE(trial);
+    CAPTURE(o.world_size);
+    CAPTURE(o.max_tokens_per_rank);
+    CAPTURE(o.padding_unit);
+    CAPTURE(lengths);
+    const auto pr = dcpp::make_problem(o, lengths);
+    std::int64_t least = 0;
+    std::int64_t at_smallest = 0;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      std::int64_t best = -1;
+      for (const std::int32_t cp : pr.cp_sizes)
+        if (cp >= pr.min_cp_of[i]) {
+          const std::int64_t t = dcpp::tokens_per_rank(o, lengths[i], cp) * cp;
+          best = best < 0 ? t : std::min(best, t);
+        }
+      least += best;
+      at_smallest += dcpp::tokens_per_rank(o, lengths[i], pr.min_cp_of[i]) * pr.min_cp_of[i];
+    }
+    CHECK(pr.least_rank_tokens == least);
+    if (o.group_topology == dcpp::topology::aligned)
+      CHECK(least == at_smallest);
+    padded_less += least < at_smallest ? 1 : 0;
+  }
+  CHECK(padded_less >= 150); // 191 of the 300
+}
+
+TEST_CASE("options: least_padded_tokens tries larger contiguous sizes, and past its work gives "
+          "the least multiple, a lower value") {
+  auto o = opts(6, 64);
+  o.group_topology = dcpp::topology::contiguous;
+  const std::vector<std::int32_t> sizes = {1, 2, 3, 4, 5, 6};
+  std::int64_t work = 100;
+  // 273 tokens need 5 ranks (56 per rank: 280), and 6 ranks pad them to 276 (46 per rank)
+  CHECK(dcpp::least_padded_tokens(o, sizes, 273, 5, work) == 276);
+  CHECK(work == 99);
+  std::int64_t none = 0;
+  CHECK(dcpp::least_padded_tokens(o, sizes, 273, 5, none) == 274); // 2 x padding_unit
+  o.group_topology = dcpp::topology::aligned;
+  const std::vector<std::int32_t> doubling = {1, 2, 4};
+  CHECK(dcpp::least_padded_tokens(o, doubling, 131, 4, none) == 136); // never past the smallest
 }
 
 TEST_CASE("options: tokens_per_rank checks its contract") {

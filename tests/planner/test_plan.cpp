@@ -396,6 +396,28 @@ TEST_CASE("plan: budget_lower_bound is the same bit for bit with or without the 
   }
 }
 
+TEST_CASE("plan: min_microbatches counts each sample on the size that pads it least") {
+  // 6 contiguous ranks of 64 tokens: 273 tokens need 5 ranks, padded to 280 there but to 276 on
+  // 6, where 57, 36 and 12 tokens take 10, 6 and 2 per rank: one round holds all four (64 per
+  // rank). Counted at the smallest sizes, 386 rank-tokens would say 2 rounds, and both bounds
+  // passed the one-round plan by a micro-batch overhead.
+  auto o = opts(6, 64);
+  o.group_topology = dcpp::topology::contiguous;
+  o.microbatch_overhead = 50.0;
+  const std::vector<std::int64_t> lengths = {12, 57, 36, 273};
+  const auto pr = dcpp::make_problem(o, lengths);
+  CHECK(pr.min_cp_of[3] == 5);
+  CHECK(pr.least_rank_tokens == 12 + 58 + 36 + 276);
+  CHECK(dcpp::min_microbatches(pr) == 1);
+  const dcpp::megatron_cost e;
+  dealt_plan one(pr, 0);
+  one.round({{0, 6, {0, 1, 2, 3}}});
+  const double step = std::move(one).step_time(o, pr, e);
+  CHECK(step == doctest::Approx((12.0 * 12 + 57.0 * 57 + 36.0 * 36 + 273.0 * 273) / 6 + 50));
+  CHECK(dcpp::lower_bound(pr, e) <= step);
+  CHECK(dcpp::budget_lower_bound(pr, e) <= step);
+}
+
 TEST_CASE("plan: budget_lower_bound counts the idle ranks beside a heavy sample") {
   // 3 ranks, contiguous groups of at most 2, M = 100, length^2/cp: the 200-token sample needs 2
   // ranks (20000 each); 200 samples of 10 tokens (100 each) fill the third rank with at most 10

@@ -316,9 +316,7 @@ TEST_CASE("slowest round: the whole-group term never passes the fastest plan of 
   // 3 to 9 samples on 4 or 8 aligned ranks or 3 to 6 contiguous ones, most of them more than a
   // rank's budget (groups of 2 or more, with tokens to spare) beside ones that fit a rank: the
   // slowest round's groups cannot be filled by tokens alone. Both estimators; a micro-batch
-  // overhead on the aligned worlds. (On contiguous ones the overhead is 0: min_microbatches
-  // counts each sample at its smallest size, and padding can make a larger contiguous size hold
-  // it in fewer rank-tokens, so a plan may have fewer rounds than it says; not this term's.)
+  // overhead in two thirds of them (the fewest rounds' overhead is part of the bound).
   const bool quick = dcpp_test::quick();
   const int trials = quick ? 1000 : 6000;
   dcpp::workload::rng r(20261131);
@@ -344,7 +342,7 @@ TEST_CASE("slowest round: the whole-group term never passes the fastest plan of 
         l = r.uniform_int(0, 1) == 0 ? r.uniform_int(m + 1, 2 * m) : r.uniform_int(m / 2, m);
       l = std::clamp<std::int64_t>(l, 1, cap);
     }
-    if (contiguous || r.uniform_int(0, 2) == 0)
+    if (r.uniform_int(0, 2) == 0)
       o.microbatch_overhead = 0.0;
     CAPTURE(trial);
     CAPTURE(o.world_size);
@@ -369,8 +367,8 @@ TEST_CASE("slowest round: the whole-group term never passes the fastest plan of 
     else
       check(cost_only{*dcpp::transformer_cost::from_preset("llama3-8b@h100")});
   }
-  // the term is the bound, above the fluid one, in 146 of them (first 1,000: 22)
-  CHECK(bites >= (quick ? 17 : 115));
+  // the term is the bound, above the fluid one, in 149 of them (first 1,000: 25)
+  CHECK(bites >= (quick ? 19 : 120));
 }
 
 TEST_CASE("slowest round: a work limit leaves a weaker bound, never a higher one") {

@@ -258,11 +258,18 @@ least_work least_work_of(const problem& pr, const Estimator& estimator) {
 inline constexpr double default_microbatch_overhead_share = 0.01;
 
 namespace detail {
-//! Fewest micro-batches any plan needs (evaluate.hpp's `min_microbatches`, which calls this).
+//! Fewest micro-batches any plan needs (evaluate.hpp's `min_microbatches`, which calls this):
+//! every sample's least rank-tokens over the world's capacity (`problem::least_rank_tokens`,
+//! worked out here where a problem was not made by `make_problem`).
 inline std::int32_t fewest_microbatches(const problem& pr) {
-  std::int64_t rank_tokens = 0;
-  for (std::size_t i = 0; i < pr.size(); ++i)
-    rank_tokens += pr.rank_tokens(i, pr.min_cp_of[i]) * pr.min_cp_of[i];
+  std::int64_t rank_tokens = pr.least_rank_tokens;
+  if (rank_tokens < 0) {
+    rank_tokens = 0;
+    std::int64_t work = least_padding_work;
+    for (std::size_t i = 0; i < pr.size(); ++i)
+      rank_tokens +=
+          least_padded_tokens(pr.options, pr.cp_sizes, pr.lengths[i], pr.min_cp_of[i], work);
+  }
   const std::int64_t capacity =
       std::int64_t{pr.options.world_size} * pr.options.max_tokens_per_rank;
   const auto k =

@@ -26,8 +26,9 @@
 
 namespace dcpp {
 
-//! Fewest micro-batches any plan needs: total padded tokens (each sample at its smallest cp)
-//! over the world's token capacity, rounded up to the micro-batch multiple.
+//! Fewest micro-batches any plan needs: total padded tokens (each sample on the legal size that
+//! pads it least: its smallest, but where a larger contiguous size pads less) over the world's
+//! token capacity, rounded up to the micro-batch multiple.
 inline std::int32_t min_microbatches(const problem& pr) {
   return detail::fewest_microbatches(pr);
 }

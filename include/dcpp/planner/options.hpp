@@ -207,6 +207,10 @@ struct problem {
   //! planner, the lower bound and the evaluation read it); NaN until then.
   double least_area_per_rank = std::numeric_limits<double>::quiet_NaN();
   double least_longest = std::numeric_limits<double>::quiet_NaN();
+  //! Every sample's least rank-tokens (tokens per rank x ranks, padding included) over its legal
+  //! sizes, summed (`least_padded_tokens`): what `min_microbatches` divides by the world's
+  //! capacity. Filled by `make_problem`; -1 until then.
+  std::int64_t least_rank_tokens = -1;
 
   [[nodiscard]] std::size_t size() const noexcept { return lengths.size(); }
   //! Row `row` of `costs` (indexed by size index), or nullptr without a table.
@@ -221,6 +225,38 @@ struct problem {
     return tokens_per_rank(options, lengths[sample], cp);
   }
 };
+
+//! Work `make_problem` may spend trying larger contiguous sizes for `least_padded_tokens`, in
+//! sizes tried over the batch's distinct lengths; past it a length takes the least padded
+//! length on one rank (a lower value, still a bound).
+inline constexpr std::int64_t least_padding_work = std::int64_t{1} << 24;
+
+//! The least rank-tokens (tokens per rank x ranks, padding included) a sample of `length` takes
+//! on a legal size (`sizes`, ascending) from `smallest` on. Aligned sizes double, and a size's
+//! padded length is then a multiple of the one before's, so the smallest legal size pads least.
+//! A larger contiguous size can pad less (273 tokens: 280 on 5 ranks, 276 on 6), so those are
+//! tried while they can: each padded length is a multiple of 2 x padding_unit of at least
+//! `length`, and on cp ranks at least 2 cp padding_unit. `work` counts the sizes tried; where it
+//! runs out the answer is the least such multiple, which no size goes below.
+inline std::int64_t least_padded_tokens(const plan_options& o, std::span<const std::int32_t> sizes,
+                                        std::int64_t length, std::int32_t smallest,
+                                        std::int64_t& work) {
+  const std::int64_t unit = 2 * o.padding_unit;
+  const std::int64_t least_possible = ceil_div(length, unit) * unit;
+  std::int64_t best = tokens_per_rank(o, length, smallest) * smallest;
+  if (o.group_topology == topology::aligned || best == least_possible)
+    return best;
+  for (auto it = std::upper_bound(sizes.begin(), sizes.end(), smallest); it != sizes.end(); ++it) {
+    if (unit * *it >= best)
+      break; // every larger size pads to at least this
+    if (work-- <= 0)
+      return least_possible;
+    best = std::min(best, tokens_per_rank(o, length, *it) * *it);
+    if (best == least_possible)
+      break;
+  }
+  return best;
+}
 
 //! Largest sample length that fits on some legal group (the limit quoted in errors).
 inline std::int64_t max_plannable_length(const plan_options& o) {
@@ -291,6 +327,25 @@ inline problem make_problem(const plan_options& o, std::span<const std::int64_t>
         break;
       }
     }
+  }
+  // the least rank-tokens: at the smallest size, but for contiguous samples of at least 2 ranks,
+  // where a larger size can pad less (each distinct length tried once); a sample of one rank is
+  // padded to the least multiple of 2 x padding_unit already
+  p.least_rank_tokens = 0;
+  std::vector<std::pair<std::int64_t, std::int32_t>> wide; // (length, smallest size)
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    if (o.group_topology == topology::contiguous && p.min_cp_of[i] > 1)
+      wide.emplace_back(lengths[i], p.min_cp_of[i]);
+    else
+      p.least_rank_tokens += tokens_per_rank(o, lengths[i], p.min_cp_of[i]) * p.min_cp_of[i];
+  }
+  std::sort(wide.begin(), wide.end());
+  std::int64_t work = least_padding_work;
+  for (std::size_t k = 0; k < wide.size();) {
+    const auto [length, smallest] = wide[k];
+    const std::int64_t least = least_padded_tokens(o, p.cp_sizes, length, smallest, work);
+    for (; k < wide.size() && wide[k].first == length; ++k)
+      p.least_rank_tokens += least;
   }
   return p;
 }

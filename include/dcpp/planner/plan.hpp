@@ -41,7 +41,7 @@ struct plan_metrics {
   double max_rank_load = 0;       //!< max over (micro-batch, rank) of the time
   double mean_rank_load = 0;      //!< mean over (micro-batch, rank), idle slots counted as 0
   std::int64_t idle_rank_slots = 0;
-  std::int32_t min_microbatches = 0; //!< ceil(total padded tokens at each sample's min cp / (N*M))
+  std::int32_t min_microbatches = 0; //!< ceil(least total padded tokens / (N*M))
   double microbatch_overhead = 0;    //!< the price of one micro-batch the plan was judged with
   friend bool operator==(const plan_metrics&, const plan_metrics&) = default;
 };
