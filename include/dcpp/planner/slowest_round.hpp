@@ -41,10 +41,15 @@ struct fluid_state {
 //! one evaluation (`interval_charge`) and refines the intervals best first.
 class whole_group_rows {
 public:
-  //! Work allowed to `least_charge`, in rows x sizes evaluated: about 0.1-0.3 s on the
-  //! development machine. Past it (or where two evaluations do not fit) the charge is the least
-  //! bound of the intervals still open, a valid but weaker value.
-  static constexpr double most_work = 1 << 25;
+  //! Work allowed to `least_charge`, in rows x sizes evaluated: at most about half a second on
+  //! the development machine (some 33 ns each). The benchmark's workloads need 2 to 24
+  //! evaluations to reach their value (two-tier `long_tail/1024`: 24 of 78K each, 62 ms); past
+  //! the limit (or where two evaluations do not fit) the charge is the least bound of the
+  //! intervals still open, a valid but weaker value.
+  static constexpr double most_work = 1 << 24;
+  //! The most rows x sizes it is built for (some 80 MB of tables and scratch); past it the term
+  //! is the fluid one.
+  static constexpr std::size_t most_entries = std::size_t{1} << 20;
 
   whole_group_rows(const problem& pr, const gap_rows& lengths, std::span<const double> time_at,
                    std::span<const double> rank_tokens_at)
@@ -335,10 +340,13 @@ slowest_round_terms slowest_round_bounds(const problem& pr, const Estimator& est
   std::vector<double> tokens(rows, std::numeric_limits<double>::infinity());
   std::vector<std::pair<double, double>> sizes; // (time, area) of one length
   // every length's time and rank-tokens on every size (infinite where it is not legal), for the
-  // whole groups below
+  // whole groups below, where they run
   const std::size_t size_count = pr.cp_sizes.size();
-  std::vector<double> time_at(rows * size_count, std::numeric_limits<double>::infinity());
-  std::vector<double> rank_tokens_at(rows * size_count, std::numeric_limits<double>::infinity());
+  const bool whole_groups =
+      size_count <= gap_bound_most_sizes && rows * size_count <= whole_group_rows::most_entries;
+  const std::size_t entries = whole_groups ? rows * size_count : 0;
+  std::vector<double> time_at(entries, std::numeric_limits<double>::infinity());
+  std::vector<double> rank_tokens_at(entries, std::numeric_limits<double>::infinity());
   double floor = 0;
   for (std::size_t r = 0; r < rows; ++r) {
     const auto first = static_cast<std::size_t>(first_of[r]);
@@ -350,8 +358,10 @@ slowest_round_terms slowest_round_bounds(const problem& pr, const Estimator& est
         const auto per_rank = static_cast<double>(pr.rank_tokens(first, cp));
         sizes.emplace_back(w, w * cp);
         tokens[r] = std::min(tokens[r], per_rank * cp);
-        time_at[r * size_count + s] = w;
-        rank_tokens_at[r * size_count + s] = per_rank;
+        if (whole_groups) {
+          time_at[r * size_count + s] = w;
+          rank_tokens_at[r * size_count + s] = per_rank;
+        }
       }
     }
     if (sizes.empty())
@@ -456,7 +466,7 @@ slowest_round_terms slowest_round_bounds(const problem& pr, const Estimator& est
   slowest_round_terms out;
   out.fluid = (total + least) / world;
   out.whole = out.fluid;
-  if (size_count <= gap_bound_most_sizes) {
+  if (whole_groups) {
     const whole_group_rows whole(pr, lengths, time_at, rank_tokens_at);
     out.whole =
         std::max(out.fluid, (total + whole.least_charge(floor, states, work_limit)) / world);
