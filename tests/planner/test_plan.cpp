@@ -20,7 +20,6 @@
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/evaluate.hpp"
 #include "dcpp/planner/packing.hpp"
-#include "dcpp/planner/packing/balanced.hpp"
 #include "dcpp/planner/plan.hpp"
 #include "dcpp/planner/plan_hash.hpp"
 #include "dcpp/planner/transformer_cost.hpp"

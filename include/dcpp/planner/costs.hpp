@@ -262,14 +262,8 @@ namespace detail {
 //! every sample's least rank-tokens over the world's capacity (`problem::least_rank_tokens`,
 //! worked out here where a problem was not made by `make_problem`).
 inline std::int32_t fewest_microbatches(const problem& pr) {
-  std::int64_t rank_tokens = pr.least_rank_tokens;
-  if (rank_tokens < 0) {
-    rank_tokens = 0;
-    std::int64_t work = least_padding_work;
-    for (std::size_t i = 0; i < pr.size(); ++i)
-      rank_tokens +=
-          least_padded_tokens(pr.options, pr.cp_sizes, pr.lengths[i], pr.min_cp_of[i], work);
-  }
+  const std::int64_t rank_tokens =
+      pr.least_rank_tokens >= 0 ? pr.least_rank_tokens : least_rank_tokens_of(pr);
   const std::int64_t capacity =
       std::int64_t{pr.options.world_size} * pr.options.max_tokens_per_rank;
   const auto k =

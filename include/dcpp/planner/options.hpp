@@ -258,6 +258,31 @@ inline std::int64_t least_padded_tokens(const plan_options& o, std::span<const s
   return best;
 }
 
+//! Every sample's least rank-tokens over its legal sizes, summed (`problem::least_rank_tokens`,
+//! which `make_problem` fills with it): at the smallest size, but for contiguous samples of at
+//! least 2 ranks, where a larger size can pad less (each distinct length tried once); a sample
+//! of one rank is padded to the least multiple of 2 x padding_unit already.
+inline std::int64_t least_rank_tokens_of(const problem& p) {
+  const plan_options& o = p.options;
+  std::int64_t total = 0;
+  std::vector<std::pair<std::int64_t, std::int32_t>> wide; // (length, smallest size)
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (o.group_topology == topology::contiguous && p.min_cp_of[i] > 1)
+      wide.emplace_back(p.lengths[i], p.min_cp_of[i]);
+    else
+      total += p.rank_tokens(i, p.min_cp_of[i]) * p.min_cp_of[i];
+  }
+  std::sort(wide.begin(), wide.end());
+  std::int64_t work = least_padding_work;
+  for (std::size_t k = 0; k < wide.size();) {
+    const auto [length, smallest] = wide[k];
+    const std::int64_t least = least_padded_tokens(o, p.cp_sizes, length, smallest, work);
+    for (; k < wide.size() && wide[k].first == length; ++k)
+      total += least;
+  }
+  return total;
+}
+
 //! Largest sample length that fits on some legal group (the limit quoted in errors).
 inline std::int64_t max_plannable_length(const plan_options& o) {
   const auto sizes = legal_cp_sizes(o);
@@ -328,25 +353,7 @@ inline problem make_problem(const plan_options& o, std::span<const std::int64_t>
       }
     }
   }
-  // the least rank-tokens: at the smallest size, but for contiguous samples of at least 2 ranks,
-  // where a larger size can pad less (each distinct length tried once); a sample of one rank is
-  // padded to the least multiple of 2 x padding_unit already
-  p.least_rank_tokens = 0;
-  std::vector<std::pair<std::int64_t, std::int32_t>> wide; // (length, smallest size)
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    if (o.group_topology == topology::contiguous && p.min_cp_of[i] > 1)
-      wide.emplace_back(lengths[i], p.min_cp_of[i]);
-    else
-      p.least_rank_tokens += tokens_per_rank(o, lengths[i], p.min_cp_of[i]) * p.min_cp_of[i];
-  }
-  std::sort(wide.begin(), wide.end());
-  std::int64_t work = least_padding_work;
-  for (std::size_t k = 0; k < wide.size();) {
-    const auto [length, smallest] = wide[k];
-    const std::int64_t least = least_padded_tokens(o, p.cp_sizes, length, smallest, work);
-    for (; k < wide.size() && wide[k].first == length; ++k)
-      p.least_rank_tokens += least;
-  }
+  p.least_rank_tokens = least_rank_tokens_of(p);
   return p;
 }
 

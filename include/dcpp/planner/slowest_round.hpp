@@ -67,7 +67,6 @@ public:
     length_.resize(rows_);
     count_.resize(rows_);
     least_.resize(rows_);
-    own_time_.resize(rows_);
     time_.resize(rows_ * sizes_);
     rank_tokens_.resize(rows_ * sizes_);
     suffix_time_.resize(rows_ * sizes_);
@@ -76,7 +75,7 @@ public:
       length_[p] = length_of(r);
       count_[p] = static_cast<double>(lengths.count[r]);
       least_[p] = lengths.least[r].area;
-      own_time_[p] = lengths.least[r].own_time;
+      slowest_own_time_ = std::max(slowest_own_time_, lengths.least[r].own_time);
       for (std::size_t s = 0; s < sizes_; ++s) {
         time_[s * rows_ + p] = time_at[r * sizes_ + s];
         rank_tokens_[s * rows_ + p] = rank_tokens_at[r * sizes_ + s];
@@ -141,8 +140,7 @@ public:
     };
     // a first value where the slowest round is the slowest own time (no sample raised)
     const std::size_t seed = static_cast<std::size_t>(
-        std::lower_bound(taus.begin(), taus.end(), *std::ranges::max_element(own_time_)) -
-        taus.begin());
+        std::lower_bound(taus.begin(), taus.end(), slowest_own_time_) - taus.begin());
     double best = seed < k_count ? charge(seed, seed + 1) : inf;
     // best first over intervals of taus, each keyed by a bound on its charge
     struct open {
@@ -304,7 +302,8 @@ private:
   std::size_t rows_;
   std::vector<double> cp_;
   std::vector<std::int64_t> length_;
-  std::vector<double> count_, least_, own_time_;
+  std::vector<double> count_, least_;
+  double slowest_own_time_ = 0; // the longest time of a length on its size of least area
   std::vector<double> time_, rank_tokens_, suffix_time_; // per size, per row in length order
 };
 
