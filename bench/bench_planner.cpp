@@ -264,8 +264,7 @@ int main(int argc, char** argv) {
     std::erase_if(cases,
                   [&](const bench_case& c) { return c.name.find(filter) == std::string::npos; });
     for (auto& c : cases)
-      c.options.group_topology =
-          topology_name == "contiguous" ? topology::contiguous : topology::aligned;
+      c.options.group_topology = *topology_from_string(topology_name); // checked by CLI11
     return cases;
   };
   if (corners) {
@@ -289,13 +288,13 @@ int main(int argc, char** argv) {
     fmt::print("\n# generated workloads, estimator megatron (length^2/cp; a micro-batch costs "
                "{}% of the batch's mean micro-batch), target 0.97 of the budget-aware bound\n",
                100 * default_microbatch_overhead_share);
-    good = run_table(generated, megatron_cost{}, times, 0.97, only_policy) && good;
+    good = run_table(generated, length_squared_cost{}, times, 0.97, only_policy) && good;
   }
   if (!refs.empty()) {
     fmt::print("\n# reference workloads ({}), estimator megatron (length^2/cp), as Megatron-LM "
                "plans them\n",
                reference_dir);
-    good = run_table(refs, megatron_cost{}, times, 0.0, only_policy) && good;
+    good = run_table(refs, length_squared_cost{}, times, 0.0, only_policy) && good;
     fmt::print("\n# reference workloads, estimator {}\n", estimator->name());
     good = run_table(refs, *estimator, times, 0.0, only_policy) && good;
   }

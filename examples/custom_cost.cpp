@@ -56,8 +56,10 @@ int main() {
   std::vector<row> rows{
       {"moe_cost (the user's)", moe_plan},
       {"transformer_cost (default)", dcpp::planner<>(options).make_plan(lengths)},
-      {"megatron_cost (length^2/cp)",
+      {"megatron_cost (L^2/cp + ring)",
        dcpp::planner<dcpp::megatron_cost>(options).make_plan(lengths)},
+      {"length_squared_cost (L^2/cp)",
+       dcpp::planner<dcpp::length_squared_cost>(options).make_plan(lengths)},
   };
   // Every plan judged by the model that is true for this network.
   const dcpp::problem pr = dcpp::make_problem(options, lengths);

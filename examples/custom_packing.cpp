@@ -39,7 +39,7 @@ struct longest_first {
     return std::move(plan).finish();
   }
 };
-static_assert(dcpp::packing_policy<longest_first, dcpp::megatron_cost>);
+static_assert(dcpp::packing_policy<longest_first, dcpp::length_squared_cost>);
 // [custom-packing]
 
 int main() {
@@ -54,10 +54,10 @@ int main() {
   options.world_size = 16;
   options.max_tokens_per_rank = 8192;
   // [use-custom-packing]
-  const dcpp::planner<dcpp::megatron_cost, longest_first> mine(options);
+  const dcpp::planner<dcpp::length_squared_cost, longest_first> mine(options);
   const dcpp::plan p = mine.make_plan(lengths); // canonicalised, evaluated and validated
   // [use-custom-packing]
-  const dcpp::plan q = dcpp::planner<dcpp::megatron_cost>(options).make_plan(lengths);
+  const dcpp::plan q = dcpp::planner<dcpp::length_squared_cost>(options).make_plan(lengths);
   fmt::print("{}: {} micro-batches, efficiency {:.4f}; balanced: {} micro-batches, efficiency "
              "{:.4f}\n",
              p.policy, p.microbatches.size(), p.metrics.efficiency, q.microbatches.size(),

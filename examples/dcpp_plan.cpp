@@ -114,10 +114,12 @@ int main(int argc, char** argv) {
   app.add_option("--policy", policy, "balanced | megatron_greedy | uniform_cp | static_cp")
       ->check(CLI::IsMember({"balanced", "megatron_greedy", "uniform_cp", "static_cp"}));
   app.add_option("--static-cp", static_cp_size, "CP size of static_cp (0: smallest that fits all)");
-  app.add_option("--estimator", estimator_spec,
-                 "MODEL@DEVICE preset (" + dcpp::transformer_cost::preset_names() +
-                     "), megatron (length^2/cp), or calibrated:FILE (CSV rows length,cp,seconds "
-                     "and optionally microbatch,seconds)");
+  app.add_option(
+      "--estimator", estimator_spec,
+      "MODEL@DEVICE preset (" + dcpp::transformer_cost::preset_names() +
+          "), megatron (length^2/cp and the ring's price, h100 nodes of 8), length2 (length^2/cp "
+          "alone), or calibrated:FILE (CSV rows length,cp,seconds "
+          "and optionally microbatch,seconds)");
   app.add_option("--gpus-per-node", network.gpus_per_node,
                  "GPUs per node: CP groups larger than this span nodes and run their ring at the "
                  "inter-node rate (default 8)")
@@ -134,8 +136,11 @@ int main(int argc, char** argv) {
                  "calibrations; default: the estimator's, else 1% of the batch's mean "
                  "micro-batch)")
       ->check(dcpp_cli::finite_at_least(0));
-  app.add_option("--topology", topology_name, "aligned (powers of two) | contiguous")
-      ->check(CLI::IsMember({"aligned", "contiguous"}));
+  app.add_option("--topology", topology_name,
+                 "aligned (powers of two) | contiguous | megatron (Megatron-LM's groups: powers "
+                 "of two below the largest one <= N, and all N; every rank busy in every "
+                 "micro-batch)")
+      ->check(CLI::IsMember({"aligned", "contiguous", "megatron"}));
   app.add_option("--microbatch-multiple", microbatch_multiple,
                  "micro-batch count multiple, e.g. for virtual pipeline stages (default: the "
                  "input's vpp_microbatch_group_size, else 1)");
@@ -170,8 +175,7 @@ int main(int argc, char** argv) {
     options.max_tokens_per_rank = max_tokens.value_or(batch.max_tokens_per_rank.value_or(4096));
     options.min_cp = min_cp.value_or(batch.min_cp.value_or(1));
     options.max_cp = max_cp;
-    options.group_topology =
-        topology_name == "contiguous" ? dcpp::topology::contiguous : dcpp::topology::aligned;
+    options.group_topology = *dcpp::topology_from_string(topology_name); // checked by CLI11
     options.padding_unit = padding_unit;
     options.microbatch_multiple =
         microbatch_multiple.value_or(batch.microbatch_multiple.value_or(1));

@@ -6,6 +6,7 @@ struct broken_bucketing {
 };
 
 int main() {
-  dcpp::planner<dcpp::megatron_cost, dcpp::balanced_with<broken_bucketing>> p(dcpp::plan_options{});
+  dcpp::planner<dcpp::length_squared_cost, dcpp::balanced_with<broken_bucketing>> p(
+      dcpp::plan_options{});
   (void)p;
 }

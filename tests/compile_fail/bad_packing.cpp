@@ -6,6 +6,6 @@ struct broken_packing {
 };
 
 int main() {
-  dcpp::planner<dcpp::megatron_cost, broken_packing> p(dcpp::plan_options{});
+  dcpp::planner<dcpp::length_squared_cost, broken_packing> p(dcpp::plan_options{});
   (void)p;
 }

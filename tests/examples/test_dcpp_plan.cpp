@@ -128,7 +128,7 @@ TEST_CASE("dcpp-plan: says when the token budget or whole groups cap the efficie
   for (int i = 0; i < 200; ++i)
     text += "10\n";
   const auto capped = run("- --world-size 3 --max-tokens-per-rank 100 --topology contiguous "
-                          "--max-cp 2 --estimator megatron --microbatch-overhead 0",
+                          "--max-cp 2 --estimator length2 --microbatch-overhead 0",
                           text);
   CAPTURE(capped.err);
   CHECK(capped.status == 0);
@@ -138,13 +138,13 @@ TEST_CASE("dcpp-plan: says when the token budget or whole groups cap the efficie
   // group, and a group of 2 takes ranks 0 and 1): the best is 30 on 2 ranks beside 20 and 10 on
   // the third, 500 (plus one micro-batch's overhead, 1% of the mean: 4.67), and the line says so
   const auto uneven =
-      run("- --world-size 3 --max-tokens-per-rank 100 --estimator megatron", "10\n20\n30\n");
+      run("- --world-size 3 --max-tokens-per-rank 100 --estimator length2", "10\n20\n30\n");
   CHECK(uneven.status == 0);
   CHECK(uneven.out.find("the budget-aware lower bound is 504.667: no plan can exceed efficiency "
                         "0.9339") != std::string::npos);
   // where the samples spread evenly the line is absent
   const auto even =
-      run("- --world-size 2 --max-tokens-per-rank 100 --estimator megatron", "10\n20\n20\n10\n");
+      run("- --world-size 2 --max-tokens-per-rank 100 --estimator length2", "10\n20\n20\n10\n");
   CHECK(even.status == 0);
   CHECK(even.out.find("budget-aware lower bound") == std::string::npos);
 }
@@ -172,7 +172,7 @@ TEST_CASE("dcpp-plan: JSON workloads, stdin, estimators and topologies") {
   r = run("- --world-size 2 --max-tokens-per-rank 512", "100\n200\n# end\n");
   CHECK(r.status == 0);
   CHECK(r.out.find("2 samples") != std::string::npos);
-  r = run(wl.string() + " --estimator megatron --policy megatron_greedy --quiet");
+  r = run(wl.string() + " --estimator length2 --policy megatron_greedy --quiet");
   CHECK(r.status == 0);
   CHECK(r.out.find("megatron_greedy plan") != std::string::npos);
   const fs::path cal =
@@ -238,7 +238,7 @@ TEST_CASE("dcpp-plan: the network and the micro-batch overhead are options, and 
   // length^2/cp has no network: the JSON says so, and the overhead is the batch's 1%
   r = run(wl.string() +
           " --world-size 32 --max-tokens-per-rank 8192 --quiet --estimator "
-          "megatron --json " +
+          "length2 --json " +
           json.string());
   REQUIRE(r.status == 0);
   p = dcpp::read_plan_json(slurp(json));
@@ -267,10 +267,40 @@ TEST_CASE("dcpp-plan: the network and the micro-batch overhead are options, and 
   CHECK(slurp(json).find("\"intra_node\":null") != std::string::npos);
 }
 
+TEST_CASE("dcpp-plan: the megatron topology and estimator: Megatron's groups, every rank busy") {
+  // 24 ranks: no group of 16 (Megatron creates none), no idle rank in any micro-batch, and the
+  // estimator prices the ring on the network it is given
+  const fs::path in = write("m24.txt", "40000\n300\n500\n20000\n900\n700\n6000\n150\n");
+  const fs::path json = scratch() / "m24.json";
+  const auto r = run(in.string() +
+                     " --world-size 24 --max-tokens-per-rank 4096 --topology "
+                     "megatron --estimator megatron --gpus-per-node 4 --quiet "
+                     "--json " +
+                     json.string());
+  CAPTURE(r.err);
+  REQUIRE(r.status == 0);
+  const dcpp::plan p = dcpp::read_plan_json(slurp(json));
+  for (const auto& mb : p.microbatches) {
+    std::int32_t covered = 0;
+    for (const auto& g : mb.groups) {
+      CHECK(g.cp != 16);
+      covered += g.cp;
+    }
+    CHECK(covered == 24);
+  }
+  CHECK(p.network.has_value());
+  CHECK(p.network->gpus_per_node == 4);
+  CHECK(slurp(json).find("\"topology\":\"megatron\"") != std::string::npos);
+  expect_error(in.string() + " --world-size 24 --topology megatron --min-cp 3",
+               "min_cp = 3 must be a power of two or world_size = 24 in the megatron topology");
+  expect_error(in.string() + " --world-size 24 --topology megatron --microbatch-multiple 16",
+               "the batch holds 8 samples, fewer than microbatch_multiple = 16");
+}
+
 TEST_CASE("dcpp-plan: network options that do not apply are refused") {
   const fs::path ok = write("ok2.txt", "100\n7000\n");
-  expect_error(ok.string() + " --estimator megatron --gpus-per-node 4",
-               "--estimator megatron has none");
+  expect_error(ok.string() + " --estimator length2 --gpus-per-node 4",
+               "--estimator length2 (length^2/cp) has none");
   const fs::path cal = write("cal2.csv", "1000,1,0.01\n2000,1,0.021\n4000,1,0.045\n");
   expect_error(ok.string() + " --estimator calibrated:" + cal.string() +
                    " --inter-node-bandwidth 20",

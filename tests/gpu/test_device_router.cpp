@@ -52,7 +52,7 @@ TEST_CASE("device_router on a GPU: the host router's buffers bit for bit, one ra
     dcpp::run_local(1, [&](dcpp::local_communicator& host_comm) {
       const rt::workload w = rt::make_workload(seed, 1);
       const rt::shard_type shard = rt::make_shard(w, 0, seed);
-      dcpp::planner<dcpp::megatron_cost> planner(w.options);
+      dcpp::planner<dcpp::length_squared_cost> planner(w.options);
       auto host = dcpp::plan_step(planner, host_comm, shard);
       twin device(dcpp::cuda_route_ops{nccl.stream()}, nccl, host.get_plan(), host.origins(),
                   w.options.padding_unit);

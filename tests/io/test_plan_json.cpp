@@ -54,7 +54,7 @@ TEST_CASE("plan_json: the micro-batch overhead option, a network without rates, 
   auto o = opts();
   o.microbatch_overhead = 0.0125;
   const std::vector<std::int64_t> lengths{4000, 300, 9000, 12000, 70};
-  const auto by_megatron = dcpp::planner<dcpp::megatron_cost>(o).make_plan(lengths);
+  const auto by_megatron = dcpp::planner<dcpp::length_squared_cost>(o).make_plan(lengths);
   const std::string text = dcpp::write_plan_json(by_megatron, o);
   CHECK(text.find("\"network\": null") != std::string::npos);
   CHECK(text.find("\"microbatch_overhead\":0.0125") != std::string::npos);

@@ -151,7 +151,7 @@ TEST_CASE("global_token_mean: exact on a dynamic-CP plan where per-rank averagin
     std::vector<dcpp::token_mean> results(static_cast<std::size_t>(world));
     dcpp::run_local(world, [&](dcpp::local_communicator& c) {
       const auto shard = dcpp_test::route::make_shard(w, c.rank(), seed);
-      dcpp::planner<dcpp::megatron_cost> planner(w.options);
+      dcpp::planner<dcpp::length_squared_cost> planner(w.options);
       auto router = dcpp::plan_step(planner, c, shard);
       std::vector<double> totals(4, 0.0);
       for (std::size_t mb = 0; mb < router.microbatches(); ++mb) {

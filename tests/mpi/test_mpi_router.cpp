@@ -23,7 +23,7 @@ TEST_CASE("mpi router: a bad shard on the last rank fails every rank with its me
   auto shard = dcpp_test::route::make_shard(w, world.rank(), 17);
   if (world.rank() == world.size() - 1)
     shard.get<dcpp::fields::loss_mask>().clear();
-  dcpp::planner<dcpp::megatron_cost> planner(w.options);
+  dcpp::planner<dcpp::length_squared_cost> planner(w.options);
   const std::string expected =
       "rank " + std::to_string(world.size() - 1) + ": field 'loss_mask' holds 0 values";
   try {

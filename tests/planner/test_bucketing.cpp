@@ -129,7 +129,7 @@ TEST_CASE("bucketing: work quantiles are ordered and of near-equal size") {
 
 TEST_CASE("make_buckets: the policy's buckets, or an error naming the sample it got wrong") {
   const auto pr = sample_problem(5, 77);
-  const dcpp::megatron_cost e;
+  const dcpp::length_squared_cost e;
   std::vector<double> work(pr.size());
   for (std::size_t i = 0; i < pr.size(); ++i)
     work[i] = e.cost(pr.lengths[i], pr.min_cp_of[i]);

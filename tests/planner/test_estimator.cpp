@@ -36,7 +36,7 @@ struct returns_string {
 } // namespace
 
 TEST_CASE("estimator: the concept accepts models and rejects the rest") {
-  static_assert(dcpp::workload_estimator<dcpp::megatron_cost>);
+  static_assert(dcpp::workload_estimator<dcpp::length_squared_cost>);
   static_assert(dcpp::workload_estimator<dcpp::transformer_cost>);
   static_assert(dcpp::workload_estimator<dcpp::calibrated_cost>);
   static_assert(dcpp::workload_estimator<user_moe_cost>);
@@ -46,8 +46,8 @@ TEST_CASE("estimator: the concept accepts models and rejects the rest") {
   static_assert(!dcpp::workload_estimator<int>);
 }
 
-TEST_CASE("estimator: megatron_cost is length^2 / cp") {
-  const dcpp::megatron_cost e;
+TEST_CASE("estimator: length_squared_cost is length^2 / cp") {
+  const dcpp::length_squared_cost e;
   CHECK(e.cost(4096, 1) == 4096.0 * 4096.0);
   CHECK(e.cost(65536, 16) == 65536.0 * 65536.0 / 16);
 }
@@ -321,7 +321,7 @@ TEST_CASE("calibrated_cost: errors name the row or the coefficient") {
 }
 
 TEST_CASE("estimator: the micro-batch overhead is the option's, the estimator's, or a share") {
-  CHECK_FALSE(dcpp::estimator_overhead(dcpp::megatron_cost{}).has_value());
+  CHECK_FALSE(dcpp::estimator_overhead(dcpp::length_squared_cost{}).has_value());
   CHECK_FALSE(dcpp::estimator_overhead(user_moe_cost{}).has_value());
   CHECK(dcpp::estimator_overhead(dcpp::transformer_cost{}) == 5e-3);
   dcpp::device_spec slow = dcpp::device_presets[0];
@@ -337,7 +337,7 @@ TEST_CASE("estimator: the micro-batch overhead is the option's, the estimator's,
   CHECK(dcpp::microbatch_overhead(pr, slow_model) == 0.25);
   // no option, no estimator overhead: the default share of the mean micro-batch at the bound,
   // worked out by hand: least area per sample over the world, or the longest least time
-  const dcpp::megatron_cost m;
+  const dcpp::length_squared_cost m;
   double area = 0;
   double longest = 0;
   for (std::size_t s = 0; s < lengths.size(); ++s) {

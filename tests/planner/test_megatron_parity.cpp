@@ -99,7 +99,7 @@ TEST_CASE("megatron parity: the same micro-batches as Megatron-LM's scheduler") 
   REQUIRE(refs.size() >= 7);
   for (const auto& r : refs) {
     CAPTURE(r.name);
-    const dcpp::planner<dcpp::megatron_cost, dcpp::megatron_greedy> planner(r.options);
+    const dcpp::planner<dcpp::length_squared_cost, dcpp::megatron_greedy> planner(r.options);
     const auto ours = planner.make_plan(r.lengths);
     CHECK(ours.microbatches.size() == r.plan.microbatches.size());
     CHECK(cp_histogram(ours) == cp_histogram(r.plan));
@@ -130,7 +130,7 @@ TEST_CASE("megatron parity: balanced is at least as fast, within its micro-batch
           (std::max<std::size_t>(1, (k_min + divisor - 1) / divisor) + mult - 1) / mult * mult;
       CHECK(b.microbatches.size() <= std::max(m.microbatches.size(), k_min + extra));
     };
-    both(dcpp::megatron_cost{});
+    both(dcpp::length_squared_cost{});
     both(dcpp::transformer_cost{});
   }
 }

@@ -36,11 +36,11 @@ struct no_name {
 } // namespace
 
 TEST_CASE("packing: the concept checks the pack signature and the name") {
-  static_assert(dcpp::packing_policy<dcpp::balanced, dcpp::megatron_cost>);
+  static_assert(dcpp::packing_policy<dcpp::balanced, dcpp::length_squared_cost>);
   static_assert(dcpp::packing_policy<dcpp::megatron_greedy, dcpp::transformer_cost>);
-  static_assert(dcpp::packing_policy<dcpp::uniform_cp, dcpp::megatron_cost>);
-  static_assert(dcpp::packing_policy<dcpp::static_cp, dcpp::megatron_cost>);
-  static_assert(!dcpp::packing_policy<no_name, dcpp::megatron_cost>);
+  static_assert(dcpp::packing_policy<dcpp::uniform_cp, dcpp::length_squared_cost>);
+  static_assert(dcpp::packing_policy<dcpp::static_cp, dcpp::length_squared_cost>);
+  static_assert(!dcpp::packing_policy<no_name, dcpp::length_squared_cost>);
   static_assert(!dcpp::packing_policy<dcpp::balanced, int>);
 }
 
@@ -100,7 +100,7 @@ TEST_CASE("packing: invariants of every policy on 2000 seeded random workloads")
       CHECK(again.microbatches == b.microbatches);
     };
     if (megatron_model)
-      all(dcpp::megatron_cost{});
+      all(dcpp::length_squared_cost{});
     else
       all(dcpp::transformer_cost{});
     ++planned;
@@ -112,7 +112,7 @@ TEST_CASE("megatron_greedy: the longest sample opens the first group and sets th
   // 8 ranks, M = 1000, L^2 cost: sample 0 (3000) needs cp 4; the cap is 3000*1000*1.05
   dcpp::plan_options o = options_for(8, 1000);
   const std::vector<std::int64_t> lengths{3000, 900, 900, 900, 900, 100, 100};
-  const auto p = run<dcpp::megatron_greedy>(o, lengths, dcpp::megatron_cost{});
+  const auto p = run<dcpp::megatron_greedy>(o, lengths, dcpp::length_squared_cost{});
   REQUIRE(!p.microbatches.empty());
   const auto& first = p.microbatches[0];
   const auto with0 = std::find_if(first.groups.begin(), first.groups.end(), [](const auto& g) {
@@ -130,9 +130,9 @@ TEST_CASE(
     "megatron_greedy: 24 ranks never form a group beyond the world, long samples still plan") {
   dcpp::plan_options o = options_for(24, 4096);
   const std::vector<std::int64_t> lengths{65520, 40000, 3000, 2000, 1000, 500, 30000, 4096};
-  for (const auto& p : {run<dcpp::megatron_greedy>(o, lengths, dcpp::megatron_cost{}),
+  for (const auto& p : {run<dcpp::megatron_greedy>(o, lengths, dcpp::length_squared_cost{}),
                         run<dcpp::balanced>(o, lengths, dcpp::transformer_cost{}),
-                        run<dcpp::uniform_cp>(o, lengths, dcpp::megatron_cost{})}) {
+                        run<dcpp::uniform_cp>(o, lengths, dcpp::length_squared_cost{})}) {
     check_invariants(p, o);
     for (const auto& mb : p.microbatches)
       for (const auto& g : mb.groups)
@@ -144,7 +144,7 @@ TEST_CASE(
 TEST_CASE("uniform_cp: one CP size per micro-batch, from its longest sample") {
   dcpp::plan_options o = options_for(16, 2048);
   const auto lengths = w::long_tail(300, 4, 0.05, dcpp::max_plannable_length(o));
-  const auto p = run<dcpp::uniform_cp>(o, lengths, dcpp::megatron_cost{});
+  const auto p = run<dcpp::uniform_cp>(o, lengths, dcpp::length_squared_cost{});
   const auto pr = dcpp::make_problem(o, lengths);
   for (const auto& mb : p.microbatches) {
     std::set<std::int32_t> sizes;
@@ -162,23 +162,26 @@ TEST_CASE("uniform_cp: one CP size per micro-batch, from its longest sample") {
 TEST_CASE("static_cp: every group has the fixed size; the check names a sample that cannot fit") {
   dcpp::plan_options o = options_for(16, 1024);
   const auto lengths = w::sft_lognormal(200, 8, 800, 1.2, 64, 4096);
-  const auto p = run<dcpp::static_cp>(o, lengths, dcpp::megatron_cost{}, dcpp::static_cp{4});
+  const auto p = run<dcpp::static_cp>(o, lengths, dcpp::length_squared_cost{}, dcpp::static_cp{4});
   for (const auto& mb : p.microbatches)
     for (const auto& g : mb.groups)
       CHECK(g.cp == 4);
-  const auto auto_cp = run<dcpp::static_cp>(o, lengths, dcpp::megatron_cost{});
+  const auto auto_cp = run<dcpp::static_cp>(o, lengths, dcpp::length_squared_cost{});
   CHECK(auto_cp.microbatches.front().groups.front().cp == 4); // 4096 tokens need 4 ranks
-  const dcpp::planner<dcpp::megatron_cost, dcpp::static_cp> too_small(o, {}, dcpp::static_cp{2});
+  const dcpp::planner<dcpp::length_squared_cost, dcpp::static_cp> too_small(o, {},
+                                                                            dcpp::static_cp{2});
   const auto s = too_small.can_plan(lengths);
   CHECK(s.code == dcpp::status_code::sample_too_long);
   CHECK(s.message.find("static cp = 2") != std::string::npos);
   CHECK_THROWS_AS(too_small.make_plan(lengths), dcpp::error);
   o.world_size = 24;
-  const dcpp::planner<dcpp::megatron_cost, dcpp::static_cp> uneven(o, {}, dcpp::static_cp{16});
+  const dcpp::planner<dcpp::length_squared_cost, dcpp::static_cp> uneven(o, {},
+                                                                         dcpp::static_cp{16});
   CHECK(uneven.can_plan(lengths).code == dcpp::status_code::world_not_divisible);
   // a negative size is refused (it was taken for 0, the smallest that fits)
   o.world_size = 16;
-  const dcpp::planner<dcpp::megatron_cost, dcpp::static_cp> negative(o, {}, dcpp::static_cp{-1});
+  const dcpp::planner<dcpp::length_squared_cost, dcpp::static_cp> negative(o, {},
+                                                                           dcpp::static_cp{-1});
   const auto n = negative.can_plan(lengths);
   CHECK(n.code == dcpp::status_code::invalid_option);
   CHECK(n.message.find("static cp = -1 must be >= 0") != std::string::npos);
@@ -341,12 +344,12 @@ one_construction plan_with_only(const dcpp::plan_options& o,
   constexpr std::uint32_t both =
       dcpp::balanced::construct_chunked | dcpp::balanced::construct_bisected;
   one_construction r;
-  r.bound = dcpp::budget_lower_bound(dcpp::make_problem(o, lengths), dcpp::megatron_cost{});
+  r.bound = dcpp::budget_lower_bound(dcpp::make_problem(o, lengths), dcpp::length_squared_cost{});
   dcpp::balanced without;
   without.constructions &= ~both;
   r.with.constructions &= ~(both & ~bit);
-  r.before = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, without);
-  r.after = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, r.with);
+  r.before = run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{}, without);
+  r.after = run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{}, r.with);
   check_invariants(r.after, o);
   return r;
 }
@@ -365,7 +368,7 @@ TEST_CASE("balanced: the chunked construction packs a class of samples apart fro
   // not where the best plan is already within chunked_gap of the lower bound
   dcpp::balanced close = r.with;
   close.tuning.chunked_gap = 1.0;
-  CHECK(run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, close).microbatches ==
+  CHECK(run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{}, close).microbatches ==
         r.before.microbatches);
 }
 
@@ -380,7 +383,7 @@ TEST_CASE("balanced: the bisected construction halves each round's ranks between
   CHECK(r.bound / r.before.metrics.estimated_step_time < 0.972);
   CHECK(r.bound / r.after.metrics.estimated_step_time > 0.995);
   // and with every construction
-  const auto all = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{});
+  const auto all = run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{});
   CHECK(all.metrics.estimated_step_time <= r.after.metrics.estimated_step_time * (1 + 1e-12));
   // not where too many samples need CP for a round's splits (bisected_round_samples), nor past
   // bisected_samples of them, nor where the best plan is within chunked_gap of the bound
@@ -389,7 +392,7 @@ TEST_CASE("balanced: the bisected construction halves each round's ranks between
                           +[](dcpp::balanced_tuning& t) { t.chunked_gap = 1.0; }}) {
     dcpp::balanced b = r.with;
     off(b.tuning);
-    CHECK(run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, b).microbatches ==
+    CHECK(run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{}, b).microbatches ==
           r.before.microbatches);
   }
 }
@@ -525,7 +528,7 @@ TEST_CASE("balanced: no plan keeps an empty round it could drop") {
     const auto o = random_options(r);
     const auto lengths = random_lengths(r, o);
     CAPTURE(trial);
-    const auto b = trial % 2 == 0 ? run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{})
+    const auto b = trial % 2 == 0 ? run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{})
                                   : run<dcpp::balanced>(o, lengths, estimator);
     CHECK(empty_rounds(b) < o.microbatch_multiple);
   }
@@ -570,7 +573,7 @@ namespace {
 // of the 64 least-loaded past that): among the 64 least-loaded slots (load, then id) the first
 // with token room, else the roomiest slot (tokens, then id) if it has room, else one more
 // micro-batch multiple
-template <class Estimator = dcpp::megatron_cost>
+template <class Estimator = dcpp::length_squared_cost>
 std::vector<std::vector<std::int32_t>> static_reference(const dcpp::problem& pr, std::int32_t c,
                                                         const Estimator& estimator = {}) {
   const auto groups = static_cast<std::size_t>(pr.options.world_size / c);
@@ -628,7 +631,7 @@ std::vector<std::vector<std::int32_t>> static_reference(const dcpp::problem& pr,
 
 namespace {
 // static_cp's plan against the plain rule; the plan's slot count
-template <class Estimator = dcpp::megatron_cost>
+template <class Estimator = dcpp::length_squared_cost>
 std::size_t check_static_against_reference(const dcpp::problem& pr,
                                            const Estimator& estimator = {}) {
   const dcpp::static_cp policy{};
@@ -657,7 +660,7 @@ std::size_t check_static_against_reference(const dcpp::problem& pr,
 // keep the same load as samples join them)
 struct free_below_600 {
   [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const noexcept {
-    return length < 600 ? 0.0 : dcpp::megatron_cost{}.cost(length, cp);
+    return length < 600 ? 0.0 : dcpp::length_squared_cost{}.cost(length, cp);
   }
 };
 // a negative cost, outside the estimator contract: loads fall as samples join
@@ -717,8 +720,8 @@ TEST_CASE("balanced: under length^2/cp one world-wide size per round balances to
     const auto lengths = w::sft_lognormal(1500, seed, 900, 1.0, 16, 4096);
     dcpp::balanced without;
     without.constructions = dcpp::balanced{}.constructions & ~dcpp::balanced::construct_static;
-    const auto before = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, without);
-    const auto p = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{});
+    const auto before = run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{}, without);
+    const auto p = run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{});
     check_invariants(p, o);
     CHECK(p.metrics.efficiency > 0.999);
     CHECK(p.metrics.efficiency > before.metrics.efficiency + 0.01);
@@ -738,7 +741,7 @@ TEST_CASE("balanced: the sizes of least total area: the widest that fits the rou
   o.padding_unit = 64;
   const std::vector<std::int64_t> lengths(48, 700); // 700 tokens: 768 at cp 2, 2,048 at cp 16
   const dcpp::problem pr = dcpp::make_problem(o, lengths);
-  const dcpp::detail::cost_rows<dcpp::megatron_cost> rows(pr, dcpp::megatron_cost{});
+  const dcpp::detail::cost_rows<dcpp::length_squared_cost> rows(pr, dcpp::length_squared_cost{});
   const dcpp::balanced_tuning t{};
   // rank-tokens of the 48 samples per group: 36,864 at cp 1, 18,432 at cp 2, 12,288 at cp 4,
   // 6,144 at cp 8 and cp 16 (128 per rank); a round holds 16 x 2,048 / cp per group. In two
@@ -761,8 +764,8 @@ TEST_CASE("balanced: a plan at the lower bound ends the portfolio without changi
     dcpp::balanced every_step;
     every_step.tuning.bound_reached = 0;
     every_step.tuning.bound_reached_large = 0;
-    const auto all = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, every_step);
-    const auto early = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{});
+    const auto all = run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{}, every_step);
+    const auto early = run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{});
     CHECK(early.metrics.estimated_step_time <= all.metrics.estimated_step_time * (1 + 1e-9));
     CHECK(early.metrics.efficiency > 0.999);
   }

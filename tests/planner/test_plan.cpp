@@ -93,7 +93,7 @@ TEST_CASE("plan: evaluate fills times, tokens, idle ranks and metrics by hand") 
   const auto o = opts(4, 1000);
   auto p = hand_plan();
   const auto pr = dcpp::make_problem(o, p.lengths);
-  dcpp::evaluate(p, pr, dcpp::megatron_cost{});
+  dcpp::evaluate(p, pr, dcpp::length_squared_cost{});
   const auto& mb0 = p.microbatches[0];
   CHECK(mb0.groups[0].tokens == 3000 / 4);
   CHECK(mb0.groups[0].time == 3000.0 * 3000 / 4);
@@ -126,19 +126,20 @@ TEST_CASE("plan: evaluate refuses an overhead its plan cannot carry on a problem
   auto o = opts(4, 1000);
   o.microbatch_overhead = 1e308;
   auto p = hand_plan();
-  CHECK_THROWS_WITH_AS(dcpp::evaluate(p, dcpp::make_problem(o, p.lengths), dcpp::megatron_cost{}),
-                       "microbatch_overhead = 1e+308: the plan's 2 micro-batches and their work "
-                       "cost inf, past the largest double",
-                       dcpp::error);
+  CHECK_THROWS_WITH_AS(
+      dcpp::evaluate(p, dcpp::make_problem(o, p.lengths), dcpp::length_squared_cost{}),
+      "microbatch_overhead = 1e+308: the plan's 2 micro-batches and their work "
+      "cost inf, past the largest double",
+      dcpp::error);
   o.microbatch_overhead = 0.8e308; // 1.6e308 and the work: finite
-  dcpp::evaluate(p, dcpp::make_problem(o, p.lengths), dcpp::megatron_cost{});
+  dcpp::evaluate(p, dcpp::make_problem(o, p.lengths), dcpp::length_squared_cost{});
   CHECK(p.metrics.estimated_step_time == doctest::Approx(1.6e308));
   // the estimator's own: too large, or no price at all (NaN, inf, negative: an efficiency
   // above 1 for -1)
   struct own {
     double overhead;
     double cost(std::int64_t length, std::int32_t cp) const {
-      return dcpp::megatron_cost{}.cost(length, cp);
+      return dcpp::length_squared_cost{}.cost(length, cp);
     }
     double microbatch_overhead() const { return overhead; }
   };
@@ -212,7 +213,7 @@ TEST_CASE("plan: budget_lower_bound charges the rounds the longest samples force
   std::vector<std::int64_t> lengths(103, 10);
   lengths[0] = lengths[1] = lengths[2] = 200;
   const auto pr = dcpp::make_problem(o, lengths);
-  const dcpp::megatron_cost e;
+  const dcpp::length_squared_cost e;
   CHECK(dcpp::lower_bound(pr, e) == doctest::Approx(32500.0));
   CHECK(dcpp::budget_lower_bound(pr, e) == doctest::Approx(42000.0));
   // a plan at the bound: the two in one round, the third beside 20 short samples, the other 80
@@ -299,7 +300,7 @@ TEST_CASE("plan: budget_lower_bound never passes the fastest plan of 2,000 small
       reached += bound >= fastest * (1 - 1e-9) ? 1 : 0;
     };
     if (trial % 2 == 0)
-      check(dcpp::megatron_cost{});
+      check(dcpp::length_squared_cost{});
     else
       check(cost_only{*dcpp::transformer_cost::from_preset("llama3-8b@h100")});
   }
@@ -361,7 +362,7 @@ TEST_CASE("plan: budget_lower_bound's gap term never passes the fastest plan of 
       highest += terms.gaps > terms.without_gaps * (1 + 1e-9) ? 1 : 0;
     };
     if (trial % 2 == 0)
-      check(dcpp::megatron_cost{});
+      check(dcpp::length_squared_cost{});
     else
       check(cost_only{*dcpp::transformer_cost::from_preset("llama3-8b@h100")});
   }
@@ -408,7 +409,7 @@ TEST_CASE("plan: min_microbatches counts each sample on the size that pads it le
   CHECK(pr.min_cp_of[3] == 5);
   CHECK(pr.least_rank_tokens == 12 + 58 + 36 + 276);
   CHECK(dcpp::min_microbatches(pr) == 1);
-  const dcpp::megatron_cost e;
+  const dcpp::length_squared_cost e;
   dealt_plan one(pr, 0);
   one.round({{0, 6, {0, 1, 2, 3}}});
   const double step = std::move(one).step_time(o, pr, e);
@@ -429,7 +430,7 @@ TEST_CASE("plan: budget_lower_bound counts the idle ranks beside a heavy sample"
   std::vector<std::int64_t> lengths(201, 10);
   lengths[0] = 200;
   const auto pr = dcpp::make_problem(o, lengths);
-  const dcpp::megatron_cost e;
+  const dcpp::length_squared_cost e;
   CHECK(dcpp::lower_bound(pr, e) == doctest::Approx(20000.0));
   CHECK(dcpp::budget_lower_bound(pr, e) == doctest::Approx(20000.0 + 19000.0 / 3));
   // a plan that reaches it up to the last round's rounding: 20000 + 6 x 1000 + 400

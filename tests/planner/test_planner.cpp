@@ -130,7 +130,8 @@ TEST_CASE("planner: a user's estimator plugs in and changes the plan's numbers")
 }
 
 TEST_CASE("planner: a bucketing policy that loses a sample is an error naming it") {
-  const dcpp::planner<dcpp::megatron_cost, dcpp::balanced_with<lossy_bucketing>> p(opts(4, 1000));
+  const dcpp::planner<dcpp::length_squared_cost, dcpp::balanced_with<lossy_bucketing>> p(
+      opts(4, 1000));
   const std::vector<std::int64_t> lengths{10, 20, 30};
   CHECK_THROWS_WITH_AS((void)p.make_plan(lengths), "bucketing policy lost sample 2", dcpp::error);
 }
@@ -162,7 +163,7 @@ TEST_CASE("balanced: the bucketing runs only where a construction reads the buck
 }
 
 TEST_CASE("planner: an invalid plan from a packing policy is caught by validate") {
-  const dcpp::planner<dcpp::megatron_cost, overfull_packing> p(opts(4, 100));
+  const dcpp::planner<dcpp::length_squared_cost, overfull_packing> p(opts(4, 100));
   const std::vector<std::int64_t> lengths{60, 60};
   CHECK_THROWS_WITH_AS((void)p.make_plan(lengths),
                        doctest::Contains("packing policy overfull produced an invalid plan"),

@@ -250,7 +250,7 @@ TEST_CASE("slowest round: the fluid term equals its direct evaluation on 300 see
       raised += term + overhead > dcpp::lower_bound(pr, e) * (1 + 1e-9) ? 1 : 0;
     };
     if (trial % 2 == 0)
-      check(dcpp::megatron_cost{});
+      check(dcpp::length_squared_cost{});
     else
       check(two_tier);
   }
@@ -303,7 +303,7 @@ TEST_CASE("slowest round: the whole-group term equals its direct evaluation on 2
       above += terms.whole > terms.fluid * (1 + 1e-9) ? 1 : 0;
     };
     if (trial % 2 == 0)
-      check(dcpp::megatron_cost{});
+      check(dcpp::length_squared_cost{});
     else
       check(two_tier);
   }
@@ -363,7 +363,7 @@ TEST_CASE("slowest round: the whole-group term never passes the fastest plan of 
               : 0;
     };
     if (trial % 2 == 0)
-      check(dcpp::megatron_cost{});
+      check(dcpp::length_squared_cost{});
     else
       check(cost_only{*dcpp::transformer_cost::from_preset("llama3-8b@h100")});
   }

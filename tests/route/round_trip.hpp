@@ -121,7 +121,7 @@ template <dcpp::communicator C>
 void run(C& comm, std::uint64_t seed, dcpp::placement where = dcpp::placement::locality_aware) {
   const workload w = make_workload(seed, comm.size());
   const shard_type shard = make_shard(w, comm.rank(), seed);
-  dcpp::planner<dcpp::megatron_cost> planner(w.options);
+  dcpp::planner<dcpp::length_squared_cost> planner(w.options);
   auto router = dcpp::plan_step(planner, comm, shard, where);
   const dcpp::plan& p = router.get_plan();
   expect(p.lengths == w.lengths, "gathered lengths are the global lengths in rank order");

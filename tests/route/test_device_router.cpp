@@ -38,7 +38,7 @@ template <class C>
 void compare(C& comm, std::uint64_t seed) {
   const rt::workload w = rt::make_workload(seed, comm.size());
   const rt::shard_type shard = rt::make_shard(w, comm.rank(), seed);
-  dcpp::planner<dcpp::megatron_cost> planner(w.options);
+  dcpp::planner<dcpp::length_squared_cost> planner(w.options);
   auto host = dcpp::plan_step(planner, comm, shard);
   twin_of<C> twin(host_ops{thrust::cpp::par}, comm, host.get_plan(), host.origins(),
                   w.options.padding_unit);
@@ -149,7 +149,7 @@ TEST_CASE("device_router: a field of the wrong size fails every rank with its me
   dcpp::run_local(3, [&](dcpp::local_communicator& c) {
     const rt::workload w = rt::make_workload(5, c.size());
     const rt::shard_type shard = rt::make_shard(w, c.rank(), 5);
-    dcpp::planner<dcpp::megatron_cost> planner(w.options);
+    dcpp::planner<dcpp::length_squared_cost> planner(w.options);
     auto host = dcpp::plan_step(planner, c, shard);
     twin_of<dcpp::local_communicator> twin(host_ops{thrust::cpp::par}, c, host.get_plan(),
                                            host.origins());

@@ -91,7 +91,7 @@ TEST_CASE("route: sends and receives match pairwise and cover every real token o
   for (std::uint64_t seed = 0; seed < 300; ++seed) {
     const int world = 1 + static_cast<int>(seed % 8);
     const auto w = dcpp_test::route::make_workload(seed, world);
-    dcpp::planner<dcpp::megatron_cost> planner(w.options);
+    dcpp::planner<dcpp::length_squared_cost> planner(w.options);
     const dcpp::plan p = planner.make_plan(w.lengths);
     const auto o = dcpp::sample_origins::from_counts(w.counts, w.lengths);
     std::int64_t local = 0, remote = 0, total = 0;
@@ -120,7 +120,7 @@ TEST_CASE("place_for_locality: same step time, valid plan, never less local data
   for (std::uint64_t seed = 0; seed < 300; ++seed) {
     const int world = 1 + static_cast<int>(seed % 8);
     const auto w = dcpp_test::route::make_workload(seed, world);
-    dcpp::planner<dcpp::megatron_cost> planner(w.options);
+    dcpp::planner<dcpp::length_squared_cost> planner(w.options);
     const dcpp::plan p = planner.make_plan(w.lengths);
     const auto o = dcpp::sample_origins::from_counts(w.counts, w.lengths);
     dcpp::plan q = p;
@@ -134,7 +134,8 @@ TEST_CASE("place_for_locality: same step time, valid plan, never less local data
     after_sum += after.tokens_local;
     // Same micro-batches, same groups up to their place: the step time is unchanged.
     dcpp::plan evaluated = q;
-    dcpp::evaluate(evaluated, dcpp::make_problem(w.options, w.lengths), dcpp::megatron_cost{});
+    dcpp::evaluate(evaluated, dcpp::make_problem(w.options, w.lengths),
+                   dcpp::length_squared_cost{});
     CHECK(evaluated.metrics.estimated_step_time == doctest::Approx(p.metrics.estimated_step_time));
     REQUIRE(q.microbatches.size() == p.microbatches.size());
     for (std::size_t m = 0; m < p.microbatches.size(); ++m) {

@@ -36,7 +36,7 @@ TEST_CASE("router: a shard with a wrong field size fails on every rank with the 
     auto shard = dcpp_test::route::make_shard(w, c.rank(), 11);
     if (c.rank() == 2)
       shard.get<dcpp::fields::labels>().push_back(7);
-    dcpp::planner<dcpp::megatron_cost> planner(w.options);
+    dcpp::planner<dcpp::length_squared_cost> planner(w.options);
     (void)dcpp::plan_step(planner, c, shard);
   });
   for (const auto& m : messages)
@@ -49,7 +49,7 @@ TEST_CASE("router: ranks with different options or plans fail together") {
     auto w = dcpp_test::route::make_workload(5, c.size());
     if (c.rank() == 1)
       w.options.max_tokens_per_rank += 1;
-    dcpp::planner<dcpp::megatron_cost> planner(w.options);
+    dcpp::planner<dcpp::length_squared_cost> planner(w.options);
     (void)dcpp::plan_step(planner, c, dcpp_test::route::make_shard(w, c.rank(), 5));
   });
   for (const auto& m : options)
@@ -61,7 +61,7 @@ TEST_CASE("router: ranks with different options or plans fail together") {
     auto lengths = w.lengths;
     if (c.rank() == 0)
       lengths.back() += 1;
-    dcpp::planner<dcpp::megatron_cost> planner(w.options);
+    dcpp::planner<dcpp::length_squared_cost> planner(w.options);
     auto counts = w.counts;
     using R = dcpp::router<dcpp::local_communicator, dcpp::fields::token_ids>;
     R router(c, planner.make_plan(lengths), dcpp::sample_origins::from_counts(counts, lengths));
@@ -74,7 +74,7 @@ TEST_CASE("router: a shard that does not match the plan, and combine size errors
   const auto messages = messages_on_every_rank(2, [](dcpp::local_communicator& c) {
     const auto w = dcpp_test::route::make_workload(3, c.size());
     const auto shard = dcpp_test::route::make_shard(w, c.rank(), 3);
-    dcpp::planner<dcpp::megatron_cost> planner(w.options);
+    dcpp::planner<dcpp::length_squared_cost> planner(w.options);
     auto router = dcpp::plan_step(planner, c, shard);
     auto other = shard;
     if (c.rank() == 1 && !other.lengths.empty()) {
@@ -95,7 +95,7 @@ TEST_CASE("router: a shard that does not match the plan, and combine size errors
   const auto combine = messages_on_every_rank(2, [](dcpp::local_communicator& c) {
     const auto w = dcpp_test::route::make_workload(3, c.size());
     const auto shard = dcpp_test::route::make_shard(w, c.rank(), 3);
-    dcpp::planner<dcpp::megatron_cost> planner(w.options);
+    dcpp::planner<dcpp::length_squared_cost> planner(w.options);
     auto router = dcpp::plan_step(planner, c, shard);
     const auto batch = router.dispatch(0, shard);
     std::vector<float> values(static_cast<std::size_t>(batch.tokens()) + (c.rank() == 0 ? 1 : 0));
@@ -110,7 +110,7 @@ TEST_CASE("router: a stage routes its own fields from a shard that fills only th
   dcpp::run_local(3, [](dcpp::local_communicator& c) {
     const auto w = dcpp_test::route::make_workload(23, c.size());
     const auto full = dcpp_test::route::make_shard(w, c.rank(), 23);
-    dcpp::planner<dcpp::megatron_cost> planner(w.options);
+    dcpp::planner<dcpp::length_squared_cost> planner(w.options);
     auto router = dcpp::plan_step(planner, c, full);
     auto first_stage = full; // the first stage holds token ids and nothing else
     first_stage.get<dcpp::fields::labels>().clear();

@@ -379,15 +379,15 @@ public:
   void create_groups(const plan& p) { detail::create_groups_of(*this, p); }
 
   //! Creates every CP group a plan under `options` can put this rank in, when that set is fixed:
-  //! the aligned topology's power-of-two blocks between min_cp and max_cp (call it on every rank,
+  //! the aligned (or megatron) topology's blocks between min_cp and max_cp (call it on every rank,
   //! once, before the first step). The contiguous topology allows any block of ranks: its groups
   //! come per plan (`create_groups(plan)`), and this call throws.
   void create_groups(const plan_options& options) {
-    if (options.group_topology != topology::aligned)
+    if (options.group_topology == topology::contiguous)
       throw error(status_code::invalid_option,
                   "mpi_communicator::create_groups: the contiguous topology allows any block of "
                   "ranks; create the groups of each plan with create_groups(plan)");
-    for (std::int32_t cp = std::max(1, options.min_cp); cp <= options.effective_max_cp(); cp *= 2)
+    for (const std::int32_t cp : legal_cp_sizes(options)) // aligned: every block starts at k cp
       if (const int first = rank() / cp * cp; first + cp <= size())
         (void)group_for(first, cp);
   }

@@ -336,10 +336,11 @@ public:
   //! Creates every CP group a plan under `options` can use, when that set is fixed: the aligned
   //! topology's power-of-two blocks (one ncclCommSplit per size, collective over all ranks: call
   //! it on every rank, once, before the first step; `init` and `bootstrap` have done it
-  //! already). The contiguous topology allows any block of ranks: its groups come per plan
+  //! already); the megatron topology's groups are among them, or the world itself. The contiguous
+  //! topology allows any block of ranks: its groups come per plan
   //! (`create_groups(plan)`), and this call throws.
   void create_groups(const plan_options& options) {
-    if (options.group_topology != topology::aligned)
+    if (options.group_topology == topology::contiguous)
       throw error(status_code::invalid_option,
                   "nccl_communicator::create_groups: the contiguous topology allows any block "
                   "of ranks; create the groups of each plan with create_groups(plan)");

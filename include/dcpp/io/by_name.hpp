@@ -31,7 +31,8 @@
 namespace dcpp {
 
 //! The estimators a name can select.
-using named_estimator_variant = std::variant<transformer_cost, megatron_cost, calibrated_cost>;
+using named_estimator_variant =
+    std::variant<transformer_cost, megatron_cost, length_squared_cost, calibrated_cost>;
 
 //! An estimator and the name a plan records for it (`plan::estimator`).
 struct named_estimator {
@@ -63,20 +64,51 @@ inline named_estimator calibrated_from_rows(std::span<const calibration_row> row
   return {calibrated_cost::fit(rows, gpus_per_node.value_or(8)), std::move(name)};
 }
 
-//! The estimator named by `spec`: `megatron` (length^2/cp), `calibrated:FILE` (CSV rows fitted,
-//! `read_calibration`), or a transformer preset `MODEL@DEVICE` with `net` applied. Throws
+//! `device`'s network with the overrides of `net` applied, checked (`say` spells the options in
+//! errors). Bandwidths are given in GB/s.
+inline network_spec network_with(network_spec network, const network_overrides& net,
+                                 std::string_view spec, const option_spelling& say) {
+  if (net.gpus_per_node)
+    network.gpus_per_node = *net.gpus_per_node;
+  // GB/s to bytes/s, refused by the caller's name for the option where that is no positive
+  // finite number (1e300 GB/s would be inf bytes/s)
+  for (const auto& [gbytes, flag, tier] :
+       {std::tuple{net.intra_node_gbytes, say.intra_node, &network.intra_node},
+        std::tuple{net.inter_node_gbytes, say.inter_node, &network.inter_node}}) {
+    if (!gbytes)
+      continue;
+    constexpr double most = std::numeric_limits<double>::max() / 1e9;
+    if (!(*gbytes > 0 && *gbytes <= most))
+      throw error(status_code::invalid_option,
+                  fmt::format("{} = {} GB/s must be above 0 and at most {} (bytes/s in a double)",
+                              flag, *gbytes, most));
+    tier->bytes_per_second = *gbytes * 1e9;
+  }
+  if (const status s = network.check(); !s)
+    throw error(s.code, fmt::format("{} {}: {}", say.estimator, spec, s.message));
+  return network;
+}
+
+//! The estimator named by `spec`: `megatron` (length^2/cp and the ring's price on the network,
+//! `megatron_cost`, with `net` applied), `length2` (length^2/cp alone, Megatron-LM's own view),
+//! `calibrated:FILE` (CSV rows fitted, `read_calibration`), or a transformer preset
+//! `MODEL@DEVICE` with `net` applied. Throws
 //! dcpp::error naming the option and the value on an unknown name, an unreadable file, a fit that
 //! cannot be determined, or network settings that do not apply to the estimator.
 inline named_estimator estimator_from_spec(std::string_view spec, const network_overrides& net,
                                            const option_spelling& say = {}) {
   const bool rates = net.intra_node_gbytes || net.inter_node_gbytes;
-  if (spec == "megatron") {
+  if (spec == "length2") {
     if (rates || net.gpus_per_node)
       throw error(status_code::invalid_option,
-                  fmt::format("{}, {} and {} describe the network of a transformer preset or a "
-                              "calibration; {} megatron has none",
+                  fmt::format("{}, {} and {} describe a network; {} length2 (length^2/cp) has "
+                              "none (megatron prices the ring on one)",
                               say.gpus_per_node, say.intra_node, say.inter_node, say.estimator));
-    return {megatron_cost{}, "megatron"};
+    return {length_squared_cost{}, "length2"};
+  }
+  if (spec == "megatron") {
+    const megatron_cost base;
+    return {base.with_network(network_with(base.network(), net, spec, say)), "megatron"};
   }
   if (spec.rfind("calibrated:", 0) == 0) {
     if (rates)
@@ -91,30 +123,14 @@ inline named_estimator estimator_from_spec(std::string_view spec, const network_
   }
   if (auto preset = transformer_cost::from_preset(spec)) {
     device_spec device = preset->device();
-    if (net.gpus_per_node)
-      device.network.gpus_per_node = *net.gpus_per_node;
-    // GB/s to bytes/s, refused by the caller's name for the option where that is no positive
-    // finite number (1e300 GB/s would be inf bytes/s)
-    for (const auto& [gbytes, flag, tier] :
-         {std::tuple{net.intra_node_gbytes, say.intra_node, &device.network.intra_node},
-          std::tuple{net.inter_node_gbytes, say.inter_node, &device.network.inter_node}}) {
-      if (!gbytes)
-        continue;
-      constexpr double most = std::numeric_limits<double>::max() / 1e9;
-      if (!(*gbytes > 0 && *gbytes <= most))
-        throw error(status_code::invalid_option,
-                    fmt::format("{} = {} GB/s must be above 0 and at most {} (bytes/s in a double)",
-                                flag, *gbytes, most));
-      tier->bytes_per_second = *gbytes * 1e9;
-    }
-    if (const status s = device.network.check(); !s)
-      throw error(s.code, fmt::format("{} {}: {}", say.estimator, spec, s.message));
+    device.network = network_with(device.network, net, spec, say);
     const transformer_cost model(preset->model(), device);
     return {model, model.name()};
   }
-  throw error(status_code::invalid_option,
-              fmt::format("{} '{}' is unknown; use megatron, calibrated:FILE or a preset: {}",
-                          say.estimator, spec, transformer_cost::preset_names()));
+  throw error(
+      status_code::invalid_option,
+      fmt::format("{} '{}' is unknown; use megatron, length2, calibrated:FILE or a preset: {}",
+                  say.estimator, spec, transformer_cost::preset_names()));
 }
 
 //! The packing policies by name.

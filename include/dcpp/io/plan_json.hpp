@@ -266,11 +266,12 @@ inline plan_options read_plan_options_json(std::string_view text,
   o.min_cp = detail::get_field<std::int32_t>(opt, where, "min_cp");
   o.max_cp = detail::get_field<std::int32_t>(opt, where, "max_cp");
   const auto topology = detail::get_field<std::string>(opt, where, "topology");
-  if (topology != "aligned" && topology != "contiguous")
+  const std::optional<dcpp::topology> named = topology_from_string(topology);
+  if (!named)
     throw error(status_code::parse_error,
-                fmt::format("{}: topology = {}, expected aligned or contiguous", where,
-                            detail::quoted_text(topology, '\'')));
-  o.group_topology = topology == "contiguous" ? topology::contiguous : topology::aligned;
+                fmt::format("{}: topology = {}, expected {}", where,
+                            detail::quoted_text(topology, '\''), topology_names));
+  o.group_topology = *named;
   o.padding_unit = detail::get_field<std::int64_t>(opt, where, "padding_unit");
   o.microbatch_multiple = detail::get_field<std::int32_t>(opt, where, "microbatch_multiple");
   if (opt.contains("microbatch_overhead") && !opt["microbatch_overhead"].is_null())

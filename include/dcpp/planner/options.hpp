@@ -28,10 +28,37 @@ enum class topology : std::uint8_t {
   aligned,
   //! any `cp` in [min_cp, max_cp], any `first_rank` with `first_rank + cp <= world_size`.
   contiguous,
+  //! The groups Megatron-LM creates for dynamic CP, and what its consumers need of a plan:
+  //! aligned power-of-two groups smaller than the largest power of two P <= world_size, plus
+  //! the one group of all ranks (on 24 ranks: 1, 2, 4, 8 and 24; on 32: 1 to 32). Every rank
+  //! runs a sample in every micro-batch (the planner fills idle ranks, `occupy.hpp`).
+  megatron,
 };
 
 constexpr std::string_view to_string(topology t) noexcept {
-  return t == topology::aligned ? "aligned" : "contiguous";
+  switch (t) {
+  case topology::aligned: return "aligned";
+  case topology::contiguous: return "contiguous";
+  case topology::megatron: return "megatron";
+  }
+  return "aligned";
+}
+
+//! The topology a name gives (`to_string`'s inverse); nullopt for any other name.
+constexpr std::optional<topology> topology_from_string(std::string_view name) noexcept {
+  for (const topology t : {topology::aligned, topology::contiguous, topology::megatron})
+    if (to_string(t) == name)
+      return t;
+  return std::nullopt;
+}
+
+//! The topology names, for help texts and errors.
+inline constexpr std::string_view topology_names = "aligned, contiguous or megatron";
+
+//! True when a group of `cp` ranks starts at a multiple of `cp` (the aligned and megatron
+//! topologies, whose sizes are powers of two but for megatron's group of all ranks, at 0).
+constexpr bool aligned_offsets(topology t) noexcept {
+  return t != topology::contiguous;
 }
 
 //! Everything the planner needs besides the lengths. Plain data: copy, compare, print.
@@ -61,18 +88,30 @@ inline bool is_legal_group(const plan_options& options, std::int32_t first_rank,
     return false;
   if (first_rank < 0 || std::int64_t{first_rank} + cp > options.world_size)
     return false;
-  if (options.group_topology == topology::aligned)
-    return is_power_of_two(cp) && first_rank % cp == 0;
-  return true;
+  switch (options.group_topology) {
+  case topology::aligned: return is_power_of_two(cp) && first_rank % cp == 0;
+  case topology::megatron:
+    if (cp == options.world_size)
+      return first_rank == 0;
+    return is_power_of_two(cp) &&
+           std::cmp_less(cp, std::bit_floor(static_cast<std::uint32_t>(options.world_size))) &&
+           first_rank % cp == 0;
+  case topology::contiguous: return true;
+  }
+  return false;
 }
 
 //! The CP sizes a group may have, ascending.
 inline std::vector<std::int32_t> legal_cp_sizes(const plan_options& options) {
   std::vector<std::int32_t> sizes;
   const std::int64_t hi = options.effective_max_cp();
-  for (std::int64_t cp = std::max(1, options.min_cp); cp <= hi; ++cp) // 64 bits: hi may be 2^31-1
-    if (options.group_topology == topology::contiguous || is_power_of_two(cp))
-      sizes.push_back(static_cast<std::int32_t>(cp));
+  for (std::int64_t cp = std::max(1, options.min_cp); cp <= hi; ++cp) { // 64 bits: hi may be 2^31-1
+    const auto c = static_cast<std::int32_t>(cp);
+    if (options.group_topology == topology::contiguous ||
+        (is_power_of_two(c) && is_legal_group(options, 0, c)) ||
+        (c == options.world_size && is_legal_group(options, 0, c)))
+      sizes.push_back(c);
+  }
   return sizes;
 }
 
@@ -139,11 +178,12 @@ inline status check_options(const plan_options& o) noexcept {
   if (o.max_cp < 0)
     return status::failure(invalid_option,
                            fmt::format("max_cp = {} must be >= 0 (0: world size)", o.max_cp));
-  if (o.group_topology == topology::aligned && o.max_cp != 0 && !is_power_of_two(o.max_cp))
+  if (o.group_topology != topology::contiguous && o.max_cp != 0 && !is_power_of_two(o.max_cp) &&
+      !(o.group_topology == topology::megatron && o.max_cp >= o.world_size))
     return status::failure(invalid_option,
-                           fmt::format("max_cp = {} must be a power of two in the aligned "
+                           fmt::format("max_cp = {} must be a power of two in the {} "
                                        "topology (use --topology contiguous)",
-                                       o.max_cp));
+                                       o.max_cp, to_string(o.group_topology)));
   if (o.min_cp > o.effective_max_cp())
     return status::failure(invalid_option,
                            fmt::format("min_cp = {} exceeds max_cp = {} (world_size = {})",
@@ -160,6 +200,30 @@ inline status check_options(const plan_options& o) noexcept {
     return status::failure(
         invalid_option,
         fmt::format("microbatch_overhead = {} must be finite and >= 0", *o.microbatch_overhead));
+  if (o.group_topology == topology::megatron) {
+    // Megatron-LM makes its groups of min_cp ranks and more; with the largest power of two
+    // P <= world_size, those below P tile the world when min_cp divides it, and from P on only
+    // the group of all ranks is left
+    const auto largest = std::bit_floor(static_cast<std::uint32_t>(o.world_size));
+    if (!is_power_of_two(o.min_cp) && o.min_cp != o.world_size)
+      return status::failure(invalid_option,
+                             fmt::format("min_cp = {} must be a power of two or world_size = {} "
+                                         "in the megatron topology",
+                                         o.min_cp, o.world_size));
+    if (std::cmp_less(o.min_cp, largest) && o.world_size % o.min_cp != 0)
+      return status::failure(world_not_divisible,
+                             fmt::format("world_size = {} is not a multiple of min_cp = {}: the "
+                                         "megatron topology tiles the world with groups of min_cp",
+                                         o.world_size, o.min_cp));
+    if (!std::cmp_less(o.min_cp, largest) && o.effective_max_cp() < o.world_size)
+      return status::failure(invalid_option,
+                             fmt::format("no CP group size is legal in the megatron topology with "
+                                         "min_cp = {}, max_cp = {} and world_size = {} (sizes: "
+                                         "powers of two below {}, and {})",
+                                         o.min_cp, o.effective_max_cp(), o.world_size, largest,
+                                         o.world_size));
+    return status::success();
+  }
   if (o.group_topology == topology::aligned) {
     if (!is_power_of_two(o.min_cp))
       return status::failure(invalid_option,
@@ -245,7 +309,7 @@ inline std::int64_t least_padded_tokens(const plan_options& o, std::span<const s
   const std::int64_t least_possible = ceil_div(length, unit) * unit;
   std::int64_t best = tokens_per_rank(o, length, smallest) * smallest;
   if (o.group_topology == topology::aligned || best == least_possible)
-    return best;
+    return best; // (megatron: the group of all ranks need not be a multiple of the others)
   for (auto it = std::upper_bound(sizes.begin(), sizes.end(), smallest); it != sizes.end(); ++it) {
     if (unit * *it >= best)
       break; // every larger size pads to at least this
@@ -267,7 +331,7 @@ inline std::int64_t least_rank_tokens_of(const problem& p) {
   std::int64_t total = 0;
   std::vector<std::pair<std::int64_t, std::int32_t>> wide; // (length, smallest size)
   for (std::size_t i = 0; i < p.size(); ++i) {
-    if (o.group_topology == topology::contiguous && p.min_cp_of[i] > 1)
+    if (o.group_topology != topology::aligned && p.min_cp_of[i] > 1)
       wide.emplace_back(p.lengths[i], p.min_cp_of[i]);
     else
       total += p.rank_tokens(i, p.min_cp_of[i]) * p.min_cp_of[i];

@@ -45,7 +45,7 @@ namespace detail {
 inline std::optional<std::int32_t> first_free_block(std::span<const std::int32_t> owner,
                                                     std::int32_t lowest_free, const plan_options& o,
                                                     std::int32_t cp) {
-  const std::int32_t step = o.group_topology == topology::aligned ? cp : 1;
+  const std::int32_t step = aligned_offsets(o.group_topology) ? cp : 1;
   const auto world = static_cast<std::int32_t>(owner.size());
   std::int32_t first = lowest_free / step * step;
   while (first + cp <= world) {
@@ -466,7 +466,7 @@ public:
     check_microbatch(mb);
     const plan_options& o = pr_->options;
     if (cp < o.min_cp || cp > o.effective_max_cp() ||
-        (o.group_topology == topology::aligned && !is_power_of_two(cp)))
+        (o.group_topology != topology::contiguous && !is_legal_group(o, 0, cp)))
       return std::nullopt;
     return detail::first_free_block(owner_[mb], 0, pr_->options, cp);
   }

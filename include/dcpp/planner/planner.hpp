@@ -16,6 +16,7 @@
 #include "dcpp/planner/costs.hpp"
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/evaluate.hpp"
+#include "dcpp/planner/occupy.hpp"
 #include "dcpp/planner/options.hpp"
 #include "dcpp/planner/packing.hpp"
 #include "dcpp/planner/packing/balanced.hpp"
@@ -66,6 +67,8 @@ public:
   [[nodiscard]] status can_plan(std::span<const std::int64_t> lengths) const noexcept {
     if (status s = check_problem(options_, lengths); !s)
       return s;
+    if (status s = check_occupiable(options_, lengths.size()); !s)
+      return s;
     if constexpr (requires { packing_.check(std::declval<const problem&>()); }) {
       try {
         return packing_.check(make_problem(options_, lengths));
@@ -79,10 +82,13 @@ public:
   [[nodiscard]] plan make_plan(std::span<const std::int64_t> lengths) const {
     const auto start = std::chrono::steady_clock::now();
     problem pr = make_problem(options_, lengths);
+    throw_if_failed(check_occupiable(options_, lengths.size()));
     if constexpr (requires { packing_.check(pr); })
       throw_if_failed(packing_.check(pr));
     tabulate_costs(pr, estimator_);
     plan p = packing_.pack(pr, estimator_);
+    if (options_.group_topology == topology::megatron)
+      occupy_every_rank(p, pr, estimator_); // Megatron-LM's consumers index every rank's list
     if constexpr (requires { estimator_.name(); })
       p.estimator = estimator_.name();
     if constexpr (requires { estimator_.network(); })

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -28,7 +29,39 @@ struct model_shape {
   std::int32_t kv_heads = 8;
   std::int32_t ffn = 14336;
   std::int32_t vocab = 128256;
-  bool gated_mlp = true; //!< SwiGLU: three ffn matrices instead of two
+  bool gated_mlp = true;     //!< SwiGLU: three ffn matrices instead of two
+  std::int32_t head_dim = 0; //!< per attention head; 0: hidden / heads
+  //! Query (and output projection) width: heads x head_dim.
+  [[nodiscard]] constexpr double query_width() const noexcept {
+    return head_dim == 0 ? static_cast<double>(hidden)
+                         : static_cast<double>(heads) * static_cast<double>(head_dim);
+  }
+  //! Key (and value) width: kv_heads x head_dim.
+  [[nodiscard]] constexpr double kv_width() const noexcept {
+    return kv_heads *
+           (head_dim == 0 ? static_cast<double>(hidden) / heads : static_cast<double>(head_dim));
+  }
+  //! The first field out of its range, with the value and the limit; success when none is.
+  [[nodiscard]] status check() const {
+    for (const auto& [field, value] : {std::pair<const char*, std::int32_t>{"layers", layers},
+                                       {"hidden", hidden},
+                                       {"heads", heads},
+                                       {"kv_heads", kv_heads},
+                                       {"ffn", ffn},
+                                       {"vocab", vocab}})
+      if (value < 1)
+        return status::failure(status_code::invalid_option,
+                               fmt::format("model {} = {} must be >= 1", field, value));
+    if (head_dim < 0)
+      return status::failure(
+          status_code::invalid_option,
+          fmt::format("model head_dim = {} must be >= 0 (0: hidden / heads)", head_dim));
+    if (kv_heads > heads)
+      return status::failure(
+          status_code::invalid_option,
+          fmt::format("model kv_heads = {} exceeds heads = {}", kv_heads, heads));
+    return status::success();
+  }
   friend bool operator==(const model_shape&, const model_shape&) = default;
 };
 
@@ -82,12 +115,12 @@ public:
   transformer_cost(const model_shape& model, const device_spec& device)
       : model_(model), device_(device) {
     const double h = model.hidden;
-    const double head_dim = h / model.heads;
-    const double kv = model.kv_heads * head_dim;
+    const double q = model.query_width();
+    const double kv = model.kv_width();
     const double mlp = (model.gated_mlp ? 3.0 : 2.0) * h * model.ffn;
-    const double per_layer = h * (h + 2.0 * kv) + h * h + mlp;
+    const double per_layer = h * (q + 2.0 * kv) + q * h + mlp;
     linear_flops_per_token_ = 3.0 * 2.0 * (per_layer * model.layers + h * model.vocab);
-    attention_flops_per_token2_ = 2.0 * h * model.layers; // forward, causal, per L^2
+    attention_flops_per_token2_ = 2.0 * q * model.layers; // forward, causal, per L^2
     kv_bytes_per_token_ = 2.0 * kv * device.bytes_per_element;
   }
 
@@ -204,5 +237,71 @@ private:
   double kv_bytes_per_token_ = 0;
 };
 static_assert(workload_estimator<transformer_cost>);
+
+//! Megatron-LM's cost view, length^2 / cp, with the ring's price in the same unit, so that a
+//! larger group is no longer free (length^2 / cp alone puts every sample on all ranks):
+//!   cost(L, c) = L^2 / c + (c - 1) x layers x (exposed forward step + exposed backward step)
+//! where, per layer and ring step, in units of one token^2 of attention (forward and backward):
+//!   compute  = (L^2 / c) / 3.5 / c / layers          (the rank's forward share of one step)
+//!   forward  = max(0, latency + kv_bytes x (L / c) / bandwidth         - compute) / unit
+//!   backward = max(0, latency + 2 x kv_bytes x (L / c) / bandwidth     - 2.5 x compute) / unit
+//! `unit` = 3.5 x 2 x query_width x layers / attention FLOP/s: the seconds of one token^2, and
+//! latency and bandwidth are the tier the ring crosses (`network_spec::tier`). The ring term is
+//! `transformer_cost`'s, divided by the same unit; the linear layers stay out, as in Megatron's
+//! view. A micro-batch costs the device's overhead in the same unit. Defaults: llama3-8b on H100
+//! nodes of 8.
+class megatron_cost {
+public:
+  megatron_cost() : megatron_cost(model_presets[0], device_presets[0]) {}
+  megatron_cost(const model_shape& model, const device_spec& device)
+      : network_(device.network), layers_(model.layers) {
+    const double forward_seconds_per_token2 =
+        2.0 * model.query_width() * model.layers / device.attention_flops;
+    seconds_per_unit_ = 3.5 * forward_seconds_per_token2;
+    kv_bytes_per_token_ = 2.0 * model.kv_width() * device.bytes_per_element;
+    microbatch_overhead_ = device.microbatch_overhead / seconds_per_unit_;
+  }
+
+  [[nodiscard]] static std::string name() { return "megatron"; }
+
+  [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const noexcept {
+    const double l = static_cast<double>(length);
+    const double c = static_cast<double>(cp);
+    const double compute = l * l / c;
+    if (cp <= 1)
+      return compute;
+    const double step_compute = compute / 3.5 / c / layers_; // token^2 units
+    const double step_bytes = kv_bytes_per_token_ * (l / c);
+    const link_tier& link = network_.tier(cp);
+    const double forward = (link.latency + step_bytes / link.bytes_per_second) / seconds_per_unit_;
+    const double backward =
+        (link.latency + 2.0 * step_bytes / link.bytes_per_second) / seconds_per_unit_;
+    const double exposed =
+        std::max(0.0, forward - step_compute) + std::max(0.0, backward - 2.5 * step_compute);
+    return compute + (c - 1.0) * layers_ * exposed;
+  }
+
+  //! The device's seconds per micro-batch (`device_spec::microbatch_overhead`), in its unit.
+  [[nodiscard]] double microbatch_overhead() const noexcept { return microbatch_overhead_; }
+  //! The network it prices the ring on (recorded in the plan).
+  [[nodiscard]] const network_spec& network() const noexcept { return network_; }
+  //! Seconds of one unit (one token^2 of attention, forward and backward).
+  [[nodiscard]] double seconds_per_unit() const noexcept { return seconds_per_unit_; }
+
+  //! The same model with the network `net` (e.g. other node sizes or links).
+  [[nodiscard]] megatron_cost with_network(const network_spec& net) const {
+    megatron_cost out = *this;
+    out.network_ = net;
+    return out;
+  }
+
+private:
+  network_spec network_;
+  double layers_ = 32;
+  double seconds_per_unit_ = 1;
+  double kv_bytes_per_token_ = 0;
+  double microbatch_overhead_ = 0;
+};
+static_assert(workload_estimator<megatron_cost>);
 
 } // namespace dcpp

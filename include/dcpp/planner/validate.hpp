@@ -1,6 +1,7 @@
 // validate(plan): every sample exactly once, legal disjoint groups, no rank over budget.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -84,6 +85,11 @@ inline status validate(const plan& p, const plan_options& o) {
                                 m, gi, g.first_rank, std::int64_t{g.first_rank} + g.cp, tokens,
                                 o.max_tokens_per_rank));
     }
+    if (o.group_topology == topology::megatron)
+      if (const auto idle = std::find(owner.begin(), owner.end(), -1); idle != owner.end())
+        return fail(fmt::format("micro-batch {}: rank {} runs no sample (the megatron topology "
+                                "keeps every rank busy in every micro-batch)",
+                                m, idle - owner.begin()));
   }
   for (std::size_t s = 0; s < n; ++s)
     if (seen[s] < 0)

@@ -97,13 +97,13 @@ TEST_CASE("tiled: a size that does not divide the world balances under length^2/
   const dcpp::plan_options o = options_for(24, 8192);
   const auto lengths = dcpp::workload::long_tail(768, 2, 0.025, 98304);
   const dcpp::problem pr = dcpp::make_problem(o, lengths);
-  const double bound = dcpp::budget_lower_bound(pr, dcpp::megatron_cost{});
+  const double bound = dcpp::budget_lower_bound(pr, dcpp::length_squared_cost{});
   dcpp::balanced without;
   without.constructions = dcpp::balanced{}.constructions &
                           ~(dcpp::balanced::construct_static | dcpp::balanced::construct_chunked |
                             dcpp::balanced::construct_bisected);
-  const auto before = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{}, without);
-  const auto p = run<dcpp::balanced>(o, lengths, dcpp::megatron_cost{});
+  const auto before = run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{}, without);
+  const auto p = run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{});
   check_invariants(p, o);
   CHECK(bound / before.metrics.estimated_step_time < 0.935);
   CHECK(bound / p.metrics.estimated_step_time > 0.96);

@@ -206,7 +206,7 @@ private:
     if (ranks < 2)
       return std::nullopt;
     std::int32_t lo = ranks - ranks / 2;
-    if (pr_->options.group_topology == topology::aligned) {
+    if (aligned_offsets(pr_->options.group_topology)) {
       lo = static_cast<std::int32_t>(std::bit_floor(static_cast<std::uint32_t>(ranks)));
       if (lo == ranks)
         lo /= 2;

@@ -19,27 +19,55 @@
 namespace dcpp::detail {
 
 //! CP sizes a sample may use: from `first` (its smallest), doubling while at most `last` (all
-//! legal sizes in the aligned topology; a geometric ladder in the contiguous one). A range, so
-//! that walking it allocates nothing.
+//! legal sizes in the aligned topology; a geometric ladder in the contiguous one), then `tail`
+//! when it is larger (the megatron topology's group of all ranks, which need not be a power of
+//! two). A range, so that walking it allocates nothing.
 struct cp_ladder {
+  static constexpr std::int64_t done = std::numeric_limits<std::int64_t>::max();
   struct iterator {
     std::int64_t cp;
+    std::int64_t last;
+    std::int64_t tail;
     std::int32_t operator*() const { return static_cast<std::int32_t>(cp); }
     iterator& operator++() {
-      cp *= 2;
+      const std::int64_t next = cp * 2;
+      cp = next <= last ? next : (tail > cp ? tail : done);
       return *this;
     }
-    bool operator!=(const iterator& other) const { return cp <= other.cp; }
+    bool operator!=(const iterator& other) const { return cp != other.cp; }
   };
   std::int64_t first;
   std::int64_t last;
-  [[nodiscard]] iterator begin() const { return {first}; }
-  [[nodiscard]] iterator end() const { return {last}; }
+  std::int64_t tail = 0;
+  [[nodiscard]] iterator begin() const {
+    return {first <= last ? first : (tail >= first ? tail : done), last, tail};
+  }
+  [[nodiscard]] iterator end() const { return {done, last, tail}; }
 };
+
+//! The ladder of legal sizes from `from` (a legal size, or twice one) up to at most `to`: every
+//! doubling in the aligned topology, a geometric ladder in the contiguous one, and in the
+//! megatron topology the powers of two below the largest one <= world_size, then the group of
+//! all ranks.
+[[nodiscard]] inline cp_ladder ladder_between(const problem& pr, std::int64_t from,
+                                              std::int64_t to) {
+  const plan_options& o = pr.options;
+  if (o.group_topology != topology::megatron)
+    return {from, to};
+  const auto world = static_cast<std::uint32_t>(o.world_size);
+  const std::int64_t largest = std::bit_floor(world);
+  const std::int64_t widest =
+      std::min<std::int64_t>(to, std::bit_floor(static_cast<std::uint32_t>(o.effective_max_cp())));
+  const std::int64_t last = std::min(widest, largest == o.world_size ? largest : largest / 2);
+  const bool whole =
+      largest != o.world_size && o.effective_max_cp() >= o.world_size && o.world_size <= to;
+  return {from, last, whole ? std::int64_t{o.world_size} : 0};
+}
 
 //! Sample s's ladder: from its smallest legal size to the largest.
 [[nodiscard]] inline cp_ladder ladder(const problem& pr, std::int32_t s) {
-  return {pr.min_cp_of[static_cast<std::size_t>(s)], pr.options.effective_max_cp()};
+  return ladder_between(pr, pr.min_cp_of[static_cast<std::size_t>(s)],
+                        pr.options.effective_max_cp());
 }
 
 //! Per CP size index, a `T` made the first time a size asks for one: a world of many legal sizes

@@ -141,7 +141,8 @@ void raise_to_level(levelled_slot& x, double level, std::int64_t& spare_tokens,
   if (x.cost <= level)
     return;
   const double area = x.cost * x.cp;
-  for (const std::int32_t c : cp_ladder{x.min_cp, costs.options().effective_max_cp()}) {
+  for (const std::int32_t c :
+       ladder_between(costs.batch(), x.min_cp, costs.options().effective_max_cp())) {
     if (c <= x.cp)
       continue;
     const double w = costs.row_cost(x.row, c);
@@ -241,6 +242,7 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
   const std::int32_t world = costs.world();
   const std::int64_t budget = costs.budget();
   const std::int32_t max_cp = o.effective_max_cp();
+  const problem& pr = costs.batch();
   const double raise_area = reach.raise_area > 0 ? reach.raise_area : tuning.raise_area;
   // positions in `slots` of the samples not placed yet, in order
   std::vector<std::int32_t> remaining(slots.size());
@@ -279,7 +281,7 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
     if (x.reach_from != c) {
       const double area = x.cost * c;
       std::int32_t r = c;
-      for (const std::int32_t c2 : cp_ladder{std::int64_t{c} * 2, max_cp}) {
+      for (const std::int32_t c2 : ladder_between(pr, std::int64_t{c} * 2, max_cp)) {
         if (cost_at(x, c2) * c2 > reach.area * area)
           break;
         r = c2;
@@ -292,7 +294,7 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
   // at x's size or a larger one of its search (the doublings from x.cp are its ladder's sizes
   // from there on)
   const auto fits_somewhere = [&](levelled_slot& x) {
-    for (const std::int32_t c2 : cp_ladder{x.cp, reach_of(x, x.cp)})
+    for (const std::int32_t c2 : ladder_between(pr, x.cp, reach_of(x, x.cp)))
       if (room[costs.size_index(c2)] >= (c2 == x.cp ? x.tokens : tokens_at(x, c2)))
         return true;
     return false;
@@ -424,7 +426,7 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
         // with the most room), of this size or of a larger one within the reach (up to x.reach,
         // which fits_somewhere has worked out)
         double best = std::numeric_limits<double>::infinity();
-        for (const std::int32_t c2 : cp_ladder{c, x.reach}) {
+        for (const std::int32_t c2 : ladder_between(pr, c, x.reach)) {
           const double w2 = c2 == c ? x.cost : cost_at(x, c2);
           const std::int64_t t2 = c2 == c ? x.tokens : tokens_at(x, c2);
           const std::size_t l = costs.size_index(c2);
@@ -448,7 +450,7 @@ levelled(const cost_rows<Estimator>& costs, std::vector<levelled_slot> slots,
       }
       if (chosen < 0 && reach.free_ride && mb.free_ranks() == 0) {
         // a larger group with slack up to the round's maximum and token room
-        for (const std::int32_t c2 : cp_ladder{std::int64_t{c} * 2, max_cp}) {
+        for (const std::int32_t c2 : ladder_between(pr, std::int64_t{c} * 2, max_cp)) {
           const std::size_t l = costs.size_index(c2);
           if (room[l] < 0)
             continue; // no group of this size is open

@@ -25,7 +25,7 @@ namespace dcpp::detail {
 world_tiling(const problem& pr, std::int32_t widest) {
   std::vector<std::pair<std::int32_t, std::int32_t>> tiles;
   const std::int32_t world = pr.options.world_size;
-  const bool aligned = pr.options.group_topology == topology::aligned;
+  const bool aligned = aligned_offsets(pr.options.group_topology);
   for (std::int32_t offset = 0; offset < world;) {
     std::int32_t pick = 0;
     for (const std::int32_t c : pr.cp_sizes)
