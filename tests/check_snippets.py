@@ -21,6 +21,8 @@ quotes = {
     "python/examples/custom_cost.py": ["docs/python.md"],
     "python/examples/megatron_drop_in.py": ["docs/python.md"],
     "python/examples/verl_ranks.py": ["docs/python.md"],
+    "python/examples/megatron_dev.py": ["docs/python.md"],
+    "python/examples/megatron_main.py": ["docs/python.md"],
 }
 failed = False
 for source, docs in quotes.items():

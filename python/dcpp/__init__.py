@@ -285,8 +285,9 @@ def plan(
     """Plans one step of dynamic context parallelism for the samples ``lengths``.
 
     The keywords are ``dcpp-plan``'s options with underscores (docs/cli.md). ``estimator`` is a
-    preset name (``presets()``), ``"megatron"`` (length^2/cp), ``"calibrated:FILE"``, a
-    :class:`Calibration`, or a callable ``cost(length, cp) -> seconds`` that is called once per
+    preset name (``presets()``), ``"megatron"`` (length^2/cp and the ring's price on the network),
+    ``"length2"`` (length^2/cp alone), ``"calibrated:FILE"``, a model from
+    :func:`cost_from_config`, a :class:`Calibration`, or a callable ``cost(length, cp) -> seconds`` that is called once per
     distinct length and CP size before planning (a cost table: deterministic, finite, >= 0,
     non-decreasing in length). Raises ValueError with dcpp's message (sample, value, limit) when
     the batch cannot be planned.
@@ -313,6 +314,81 @@ def plan(
             _number("inter_node_bandwidth", inter_node_bandwidth),
         )
     )
+
+
+def evaluate(
+    plan: Any,
+    estimator: Estimator = "llama3-8b@h100",
+    *,
+    topology: str = "contiguous",
+    gpus_per_node: Optional[int] = None,
+    intra_node_bandwidth: Optional[float] = None,
+    inter_node_bandwidth: Optional[float] = None,
+) -> dict:
+    """The metrics (``estimated_step_time``, ``lower_bound``, ``efficiency``...) of ``plan`` under
+    ``estimator`` (any :func:`plan` takes): a :class:`Plan`, a ``dcpp-plan/1`` document as text
+    or as a dict (such as Megatron-LM's reference plans in shared/workloads), or a path to one.
+    The lower bound is taken over the legal sizes of ``topology`` (contiguous: every block of
+    ranks, so that any plan's groups are priced). Plans of one batch judged by one estimator
+    compare by their step times."""
+    if isinstance(plan, Plan):
+        text = plan.to_json()
+    elif isinstance(plan, collections.abc.Mapping):
+        import json
+
+        text = json.dumps(plan)
+    elif isinstance(plan, str) and plan.lstrip().startswith("{"):
+        text = plan
+    elif isinstance(plan, (str, bytes)) or hasattr(plan, "__fspath__"):
+        import pathlib
+
+        text = pathlib.Path(plan).read_text()
+    else:
+        raise TypeError(
+            f"plan: expected a dcpp.Plan, a plan document (str or dict) or a path, got "
+            f"{type(plan).__name__} {_shown(plan)}"
+        )
+    if not isinstance(topology, str):
+        raise TypeError(f"topology: expected a name, got {type(topology).__name__}")
+    return _dcpp._evaluate(
+        text,
+        estimator,
+        topology,
+        _optional_integer("gpus_per_node", gpus_per_node, 32),
+        _number("intra_node_bandwidth", intra_node_bandwidth),
+        _number("inter_node_bandwidth", inter_node_bandwidth),
+    )
+
+
+__all__.append("evaluate")
+
+
+def costs(
+    estimator: Estimator,
+    lengths: Any,
+    sizes: Any,
+    *,
+    gpus_per_node: Optional[int] = None,
+    intra_node_bandwidth: Optional[float] = None,
+    inter_node_bandwidth: Optional[float] = None,
+) -> np.ndarray:
+    """``estimator``'s cost of one sample of each length in ``lengths`` on a CP group of each
+    size in ``sizes`` (time per GPU, the estimator's unit): an array of shape
+    ``(len(lengths), len(sizes))``."""
+    lengths = _lengths(lengths)
+    sizes_list = [_integer("sizes", c, 32) for c in sizes]
+    out = _dcpp._costs(
+        estimator,
+        lengths.tolist(),
+        sizes_list,
+        _optional_integer("gpus_per_node", gpus_per_node, 32),
+        _number("intra_node_bandwidth", intra_node_bandwidth),
+        _number("inter_node_bandwidth", inter_node_bandwidth),
+    )
+    return np.asarray(out, dtype=np.float64).reshape(len(lengths), len(sizes_list))
+
+
+__all__.append("costs")
 
 
 def _calibration_row(i: int, row: Any) -> tuple:
@@ -366,5 +442,71 @@ def fit_calibration(
 
 
 __all__.append("fit_calibration")
+
+
+def _config_value(config: Any, names: Sequence[str]) -> Any:
+    """The first of ``names`` that ``config`` (an object or a mapping) holds and is not None."""
+    for name in names:
+        value = config.get(name) if isinstance(config, collections.abc.Mapping) else getattr(
+            config, name, None
+        )
+        if value is not None:
+            return value
+    return None
+
+
+def cost_from_config(
+    config: Any,
+    device: str = "h100",
+    *,
+    vocab_size: Optional[int] = None,
+    name: Optional[str] = None,
+) -> dict:
+    """A transformer cost model (dcpp's two-tier model: linear layers, causal attention, the
+    ring's exposed transfers inside and between nodes) built from a model's own configuration,
+    for the ``estimator`` of :func:`plan` and the drop-in schedulers.
+
+    ``config`` is Megatron-Core's ``TransformerConfig`` (``num_layers``, ``hidden_size``,
+    ``ffn_hidden_size``, ``num_attention_heads``, ``num_query_groups``, ``kv_channels``,
+    ``gated_linear_unit``), a Hugging Face config as verl holds it (``num_hidden_layers``,
+    ``hidden_size``, ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``,
+    ``head_dim``, ``vocab_size``; its MLP is taken as gated, as in Llama and Qwen), or a mapping
+    with those names. ``vocab_size`` overrides the config's (``TransformerConfig`` has none:
+    without one the output layer is left out of the cost). ``device`` is ``"h100"`` or
+    ``"a100"`` (nodes of 8; ``gpus_per_node`` and the bandwidths of :func:`plan` override)."""
+    fields = {
+        "layers": ("num_layers", "num_hidden_layers"),
+        "hidden": ("hidden_size",),
+        "heads": ("num_attention_heads",),
+        "ffn": ("ffn_hidden_size", "intermediate_size"),
+    }
+    model: dict = {}
+    for key, names in fields.items():
+        value = _config_value(config, names)
+        if value is None:
+            raise ValueError(
+                f"cost_from_config: the config has none of {', '.join(names)} ({key})"
+            )
+        model[key] = _integer(f"cost_from_config: {names[0]}", value, 32)
+    kv = _config_value(config, ("num_query_groups", "num_key_value_heads"))
+    model["kv_heads"] = model["heads"] if kv is None else _integer("num_query_groups", kv, 32)
+    head_dim = _config_value(config, ("kv_channels", "head_dim"))
+    model["head_dim"] = 0 if head_dim is None else _integer("kv_channels", head_dim, 32)
+    vocab = vocab_size if vocab_size is not None else _config_value(
+        config, ("padded_vocab_size", "vocab_size")
+    )
+    model["vocab"] = 1 if vocab is None else _integer("vocab_size", vocab, 32)
+    gated = _config_value(config, ("gated_linear_unit",))
+    model["gated_mlp"] = True if gated is None else bool(gated)
+    if not isinstance(device, str):
+        raise TypeError(f"device: expected a name, got {type(device).__name__} {_shown(device)}")
+    model["device"] = device
+    model["name"] = name if name is not None else (
+        f"model(layers={model['layers']},hidden={model['hidden']})@{device}"
+    )
+    return model
+
+
+__all__.append("cost_from_config")
 
 from . import megatron, verl  # noqa: E402  (the helpers build on the names above)

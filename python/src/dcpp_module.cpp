@@ -279,6 +279,52 @@ nb::dict route_of(const py_plan& self, std::size_t mb, std::int32_t rank,
 const dcpp::option_spelling python_spelling{"estimator", "gpus_per_node", "intra_node_bandwidth",
                                             "inter_node_bandwidth"};
 
+//! A transformer cost built from a model's shape (`dcpp.cost_from_config` makes the dict): the
+//! keys layers, hidden, heads, kv_heads, head_dim, ffn, vocab, gated_mlp, device and name, each
+//! checked by name; the network overrides apply as to a preset.
+dcpp::named_estimator model_estimator(const nb::dict& d, const dcpp::network_overrides& net) {
+  const auto field = [&](const char* key) -> nb::handle {
+    if (!d.contains(key))
+      throw nb::value_error(fmt::format("estimator: the model dict has no '{}'", key).c_str());
+    return d[key];
+  };
+  const auto count = [&](const char* key) {
+    const nb::handle v = field(key);
+    if (PyBool_Check(v.ptr()) || !PyLong_Check(v.ptr()))
+      throw nb::type_error(
+          fmt::format("estimator: model {} must be an integer, got {}", key, nb::repr(v).c_str())
+              .c_str());
+    const long long x = nb::cast<long long>(v);
+    if (x < 0 || x > (1LL << 30))
+      throw nb::value_error(
+          fmt::format("estimator: model {} = {} must be from 0 to 2^30", key, x).c_str());
+    return static_cast<std::int32_t>(x);
+  };
+  dcpp::model_shape shape;
+  shape.name = "model";
+  shape.layers = count("layers");
+  shape.hidden = count("hidden");
+  shape.heads = count("heads");
+  shape.kv_heads = count("kv_heads");
+  shape.head_dim = count("head_dim");
+  shape.ffn = count("ffn");
+  shape.vocab = count("vocab");
+  shape.gated_mlp = nb::cast<bool>(field("gated_mlp"));
+  dcpp::throw_if_failed(shape.check());
+  const std::string device_name = nb::cast<std::string>(field("device"));
+  const auto device =
+      std::find_if(dcpp::device_presets.begin(), dcpp::device_presets.end(),
+                   [&](const dcpp::device_spec& s) { return s.name == device_name; });
+  if (device == dcpp::device_presets.end())
+    throw nb::value_error(fmt::format("estimator: device = {}; use h100 or a100",
+                                      dcpp::detail::quoted_text(device_name, '\''))
+                              .c_str());
+  dcpp::device_spec spec = *device;
+  const std::string name = nb::cast<std::string>(field("name"));
+  spec.network = dcpp::network_with(spec.network, net, name, python_spelling);
+  return {dcpp::transformer_cost(shape, spec), name};
+}
+
 struct plan_request {
   dcpp::plan_options options;
   dcpp::policy_choice policy;
@@ -297,6 +343,48 @@ py_plan plan_with(const plan_request& rq, const Estimator& estimator, const std:
   return out;
 }
 
+//! Calls `f(estimator, name)` with the estimator `estimator` gives: a name (preset, megatron,
+//! length2, calibrated:FILE), a model dict (`dcpp.cost_from_config`), a Calibration, or a
+//! callable cost(length, cp), tabulated for the lengths and the legal sizes of `rq.options`.
+template <class F>
+auto with_estimator(const nb::object& estimator, const plan_request& rq,
+                    std::span<const std::int64_t> lengths, F&& f) {
+  const dcpp::plan_options& o = rq.options;
+  if (nb::isinstance<nb::str>(estimator)) {
+    const auto named =
+        dcpp::estimator_from_spec(nb::cast<std::string>(estimator), rq.network, python_spelling);
+    return std::visit([&](const auto& e) { return f(e, named.name); }, named.estimator);
+  }
+  const bool network =
+      rq.network.gpus_per_node || rq.network.intra_node_gbytes || rq.network.inter_node_gbytes;
+  if (nb::isinstance<nb::dict>(estimator)) {
+    const auto named = model_estimator(nb::borrow<nb::dict>(estimator), rq.network);
+    return f(std::get<dcpp::transformer_cost>(named.estimator), named.name);
+  }
+  if (nb::isinstance<calibration>(estimator)) {
+    if (network)
+      throw nb::value_error("gpus_per_node, intra_node_bandwidth and inter_node_bandwidth do not "
+                            "apply to a Calibration: give gpus_per_node to Calibration.fit");
+    const auto& c = nb::cast<const calibration&>(estimator);
+    return f(c.fitted, c.name);
+  }
+  if (nb::isinstance<nb::callable>(estimator)) {
+    if (network)
+      throw nb::value_error("gpus_per_node, intra_node_bandwidth and inter_node_bandwidth do not "
+                            "apply to a cost callable: it prices the network itself");
+    const table_cost table{tabulate(nb::borrow<nb::callable>(estimator), o, lengths)};
+    std::string name = "python";
+    if (nb::hasattr(estimator, "__name__"))
+      name = "python:" + nb::cast<std::string>(nb::str(estimator.attr("__name__")));
+    return f(table, name);
+  }
+  throw nb::type_error(fmt::format("estimator: expected a name (str), a model (dict, from "
+                                   "dcpp.cost_from_config), a Calibration or a callable "
+                                   "cost(length, cp), got {}",
+                                   nb::repr(estimator.type()).c_str())
+                           .c_str());
+}
+
 py_plan plan_py(const lengths_array& lengths_in, std::int32_t world_size,
                 std::int64_t max_tokens_per_rank, const std::string& policy,
                 const nb::object& estimator, std::int32_t min_cp, std::int32_t max_cp,
@@ -313,11 +401,12 @@ py_plan plan_py(const lengths_array& lengths_in, std::int32_t world_size,
   o.max_tokens_per_rank = max_tokens_per_rank;
   o.min_cp = min_cp;
   o.max_cp = max_cp;
-  if (topology != "aligned" && topology != "contiguous")
-    throw nb::value_error(
-        fmt::format("topology = '{}'; use 'aligned' or 'contiguous'", topology).c_str());
-  o.group_topology =
-      topology == "contiguous" ? dcpp::topology::contiguous : dcpp::topology::aligned;
+  const std::optional<dcpp::topology> named = dcpp::topology_from_string(topology);
+  if (!named)
+    throw nb::value_error(fmt::format("topology = {}; use 'aligned', 'contiguous' or 'megatron'",
+                                      dcpp::detail::quoted_text(topology, '\''))
+                              .c_str());
+  o.group_topology = *named;
   o.microbatch_multiple = microbatch_multiple;
   o.padding_unit = padding_unit;
   o.microbatch_overhead = microbatch_overhead; // checked with the others by check_problem
@@ -334,33 +423,86 @@ py_plan plan_py(const lengths_array& lengths_in, std::int32_t world_size,
   rq.network = {gpus_per_node, intra_node_bandwidth, inter_node_bandwidth};
   dcpp::throw_if_failed(dcpp::check_problem(o, lengths));
 
-  if (nb::isinstance<nb::str>(estimator)) {
-    const auto named =
-        dcpp::estimator_from_spec(nb::cast<std::string>(estimator), rq.network, python_spelling);
-    return std::visit([&](const auto& e) { return plan_with(rq, e, named.name, lengths); },
-                      named.estimator);
+  return with_estimator(estimator, rq, lengths, [&](const auto& e, const std::string& name) {
+    return plan_with(rq, e, name, lengths);
+  });
+}
+
+//! The metrics of the plan document `plan_text` (dcpp-plan/1, e.g. one of Megatron-LM's reference
+//! plans) under `estimator`, judged on the options of `topology` (its lower bound; contiguous
+//! by default: any group is a block of ranks, so any plan's groups are priced).
+nb::dict evaluate_py(const std::string& plan_text, const nb::object& estimator,
+                     const std::string& topology, std::optional<std::int32_t> gpus_per_node,
+                     std::optional<double> intra_node_bandwidth,
+                     std::optional<double> inter_node_bandwidth) {
+  dcpp::plan p = dcpp::read_plan_json(plan_text);
+  plan_request rq;
+  auto& o = rq.options;
+  o.world_size = p.world_size;
+  o.max_tokens_per_rank = p.max_tokens_per_rank;
+  const std::optional<dcpp::topology> named = dcpp::topology_from_string(topology);
+  if (!named)
+    throw nb::value_error(fmt::format("topology = {}; use 'aligned', 'contiguous' or 'megatron'",
+                                      dcpp::detail::quoted_text(topology, '\''))
+                              .c_str());
+  o.group_topology = *named;
+  rq.network = {gpus_per_node, intra_node_bandwidth, inter_node_bandwidth};
+  dcpp::throw_if_failed(dcpp::check_problem(o, p.lengths));
+  // the groups index the lengths and the ranks: checked before anything reads them (the
+  // budget is not: Megatron's own plans count tokens without dcpp's padding)
+  std::vector<int> seen(p.lengths.size(), 0);
+  for (std::size_t m = 0; m < p.microbatches.size(); ++m)
+    for (const auto& g : p.microbatches[m].groups) {
+      if (g.cp < 1 || g.first_rank < 0 || g.first_rank > p.world_size - g.cp)
+        throw nb::value_error(fmt::format("micro-batch {}: a group of {} ranks at rank {} is "
+                                          "outside the {} ranks",
+                                          m, g.cp, g.first_rank, p.world_size)
+                                  .c_str());
+      for (const std::int32_t s : g.samples)
+        if (s < 0 || std::cmp_greater_equal(s, p.lengths.size()) ||
+            seen[static_cast<std::size_t>(s)]++)
+          throw nb::value_error(
+              fmt::format("micro-batch {}: sample {} is outside [0, {}) or appears twice", m, s,
+                          p.lengths.size())
+                  .c_str());
+    }
+  return with_estimator(estimator, rq, p.lengths, [&](const auto& e, const std::string& name) {
+    dcpp::problem pr = dcpp::make_problem(o, p.lengths);
+    dcpp::tabulate_costs(pr, e);
+    dcpp::evaluate(p, pr, e);
+    nb::dict d = metrics_dict(p);
+    d["estimator"] = name;
+    return d;
+  });
+}
+
+//! The estimator's cost(length, cp) for every pair of `lengths` and `sizes`, row by length.
+std::vector<double> costs_py(const nb::object& estimator, const std::vector<std::int64_t>& lengths,
+                             const std::vector<std::int32_t>& sizes,
+                             std::optional<std::int32_t> gpus_per_node,
+                             std::optional<double> intra_node_bandwidth,
+                             std::optional<double> inter_node_bandwidth) {
+  plan_request rq;
+  auto& o = rq.options;
+  o.group_topology = dcpp::topology::contiguous; // every size from 1 to the largest asked
+  o.world_size = 1;
+  for (const std::int32_t c : sizes) {
+    if (c < 1 || c > dcpp::max_world_size)
+      throw nb::value_error(
+          fmt::format("sizes: {} is outside [1, {}]", c, dcpp::max_world_size).c_str());
+    o.world_size = std::max(o.world_size, c);
   }
-  if (nb::isinstance<calibration>(estimator)) {
-    if (gpus_per_node || intra_node_bandwidth || inter_node_bandwidth)
-      throw nb::value_error("gpus_per_node, intra_node_bandwidth and inter_node_bandwidth do not "
-                            "apply to a Calibration: give gpus_per_node to Calibration.fit");
-    const auto& c = nb::cast<const calibration&>(estimator);
-    return plan_with(rq, c.fitted, c.name, lengths);
-  }
-  if (nb::isinstance<nb::callable>(estimator)) {
-    if (gpus_per_node || intra_node_bandwidth || inter_node_bandwidth)
-      throw nb::value_error("gpus_per_node, intra_node_bandwidth and inter_node_bandwidth do not "
-                            "apply to a cost callable: it prices the network itself");
-    const table_cost table{tabulate(nb::borrow<nb::callable>(estimator), o, lengths)};
-    std::string name = "python";
-    if (nb::hasattr(estimator, "__name__"))
-      name = "python:" + nb::cast<std::string>(nb::str(estimator.attr("__name__")));
-    return plan_with(rq, table, name, lengths);
-  }
-  throw nb::type_error(fmt::format("estimator: expected a name (str), a Calibration or a "
-                                   "callable cost(length, cp), got {}",
-                                   nb::repr(estimator.type()).c_str())
-                           .c_str());
+  o.max_tokens_per_rank = dcpp::max_tokens_per_rank_limit;
+  rq.network = {gpus_per_node, intra_node_bandwidth, inter_node_bandwidth};
+  dcpp::throw_if_failed(dcpp::check_problem(o, lengths));
+  return with_estimator(estimator, rq, lengths, [&](const auto& e, const std::string&) {
+    std::vector<double> out;
+    out.reserve(lengths.size() * sizes.size());
+    for (const std::int64_t l : lengths)
+      for (const std::int32_t c : sizes)
+        out.push_back(static_cast<double>(e.cost(l, c)));
+    return out;
+  });
 }
 
 } // namespace
@@ -482,6 +624,10 @@ NB_MODULE(_dcpp, m) {
         return strip(a.plan) == strip(b.plan);
       });
 
+  m.def("_costs", &costs_py, "estimator"_a, "lengths"_a, "sizes"_a, "gpus_per_node"_a.none(),
+        "intra_node_bandwidth"_a.none(), "inter_node_bandwidth"_a.none());
+  m.def("_evaluate", &evaluate_py, "plan_text"_a, "estimator"_a, "topology"_a,
+        "gpus_per_node"_a.none(), "intra_node_bandwidth"_a.none(), "inter_node_bandwidth"_a.none());
   m.def("_plan", &plan_py, "lengths"_a, "world_size"_a, "max_tokens_per_rank"_a, "policy"_a,
         "estimator"_a, "min_cp"_a, "max_cp"_a, "topology"_a, "microbatch_multiple"_a,
         "padding_unit"_a, "extra_microbatches"_a, "microbatch_overhead"_a.none(), "static_cp"_a,

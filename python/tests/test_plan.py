@@ -35,7 +35,7 @@ def groups_of(plan):
 
 @pytest.mark.parametrize("path", workload_params())
 @pytest.mark.parametrize("policy", ["balanced", "megatron_greedy", "uniform_cp"])
-@pytest.mark.parametrize("estimator", ["llama3-8b@h100", "megatron"])
+@pytest.mark.parametrize("estimator", ["llama3-8b@h100", "megatron", "length2"])
 def test_plans_equal_the_cli_on_the_shared_workloads(cli, path, policy, estimator):
     w = load(path)
     text = cli_json(cli, [w["path"], "--policy", policy, "--estimator", estimator])
@@ -164,8 +164,10 @@ def test_lengths_take_any_iterable_and_refuse_a_single_value_by_type():
         ({"inter_node_bandwidth": 0.0}, "inter_node_bandwidth = 0 GB/s must be above 0"),
         ({"intra_node_bandwidth": float("nan")}, "intra_node_bandwidth = nan GB/s must be above 0"),
         # where the rates do not apply, that is the message, whatever their value
-        ({"estimator": "megatron", "inter_node_bandwidth": -1.0}, "estimator megatron has none"),
-        ({"estimator": "megatron", "gpus_per_node": 4}, "estimator megatron has none"),
+        ({"estimator": "length2", "inter_node_bandwidth": 40.0}, "estimator length2 (length^2/cp) has none"),
+        ({"estimator": "length2", "gpus_per_node": 4}, "estimator length2 (length^2/cp) has none"),
+        ({"estimator": "megatron", "inter_node_bandwidth": -1.0}, "inter_node_bandwidth = -1 GB/s must be above 0"),
+        ({"topology": "Megatron"}, "topology = 'Megatron'; use 'aligned', 'contiguous' or 'megatron'"),
         # past the C++ integer: named here, not nanobind's "incompatible function arguments"
         ({"world_size": 2**40}, "world_size = 1099511627776 must be an integer from -2147483648 "
                                 "to 2147483647"),
@@ -296,7 +298,7 @@ def test_number_options_take_any_real_number():
 def test_a_python_cost_plans_as_the_same_cost_in_cpp():
     rng = np.random.default_rng(11)
     lengths = rng.integers(50, 60000, 517)
-    cpp = dcpp.plan(lengths, 32, 16384, estimator="megatron")
+    cpp = dcpp.plan(lengths, 32, 16384, estimator="length2")
     py = dcpp.plan(lengths, 32, 16384, estimator=lambda length, cp: length * length / cp)
     assert groups_of(py) == groups_of(cpp)
     assert py.metrics["estimated_step_time"] == cpp.metrics["estimated_step_time"]

@@ -1,0 +1,1 @@
+"""Stand-in package (dcpp tests): upstream module paths, written from the contract."""
