@@ -108,6 +108,18 @@ TEST_CASE("topology: megatron's sizes are Megatron-LM's, aligned, with the group
   o.min_cp = 16;
   CHECK(dcpp::check_options(o)); // only the group of all 24 ranks is left
   CHECK(dcpp::legal_cp_sizes(o) == std::vector<std::int32_t>{24});
+  o.world_size = 20;
+  o.min_cp = 8; // groups of 8 at ranks 0 and 8; ranks 16-19 only in the group of all
+  CHECK(dcpp::check_options(o));
+  CHECK(dcpp::legal_cp_sizes(o) == std::vector<std::int32_t>{8, 20});
+  o.max_cp = 8;
+  CHECK(dcpp::check_options(o).message ==
+        "world_size = 20 is not a multiple of min_cp = 8 and max_cp = 8 leaves out the group of "
+        "all ranks: ranks would be left without a group");
+  o.world_size = 24;
+  o.min_cp = 16;
+  o.max_cp = 0;
+  CHECK(dcpp::legal_cp_sizes(o) == std::vector<std::int32_t>{24});
 }
 
 TEST_CASE("occupy: every plan in the megatron topology meets Megatron's consumer contract") {
@@ -121,9 +133,10 @@ TEST_CASE("occupy: every plan in the megatron topology meets Megatron's consumer
     o.group_topology = dcpp::topology::megatron;
     o.max_tokens_per_rank = 1000 + static_cast<std::int64_t>(rng() % 7000);
     o.microbatch_multiple = std::vector<std::int32_t>{1, 1, 2, 4, 8}[rng() % 5];
-    o.min_cp = std::vector<std::int32_t>{1, 1, 2, 4}[rng() % 4];
+    // a min_cp that does not divide the world leaves some ranks to the group of all
+    o.min_cp = std::vector<std::int32_t>{1, 1, 2, 4, 8}[rng() % 5];
     if (!dcpp::check_options(o))
-      o.min_cp = 1;
+      o.min_cp = 1; // larger than the world
     const std::size_t n = 1 + rng() % (4 * static_cast<std::size_t>(o.world_size) + 8);
     const auto lengths = random_lengths(rng, n, o.max_tokens_per_rank * o.world_size / 2 + 1);
     INFO("trial ", t, ": ", n, " samples on ", o.world_size, " ranks, multiple ",

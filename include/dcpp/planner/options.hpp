@@ -201,20 +201,22 @@ inline status check_options(const plan_options& o) noexcept {
         invalid_option,
         fmt::format("microbatch_overhead = {} must be finite and >= 0", *o.microbatch_overhead));
   if (o.group_topology == topology::megatron) {
-    // Megatron-LM makes its groups of min_cp ranks and more; with the largest power of two
-    // P <= world_size, those below P tile the world when min_cp divides it, and from P on only
-    // the group of all ranks is left
+    // Megatron-LM makes its groups of min_cp ranks and more: with the largest power of two
+    // P <= world_size, those below P, and the group of all ranks (which keeps every rank busy
+    // where the others cannot tile the world)
     const auto largest = std::bit_floor(static_cast<std::uint32_t>(o.world_size));
     if (!is_power_of_two(o.min_cp) && o.min_cp != o.world_size)
       return status::failure(invalid_option,
                              fmt::format("min_cp = {} must be a power of two or world_size = {} "
                                          "in the megatron topology",
                                          o.min_cp, o.world_size));
-    if (std::cmp_less(o.min_cp, largest) && o.world_size % o.min_cp != 0)
+    // groups of min_cp that do not tile the world leave ranks only the group of all can use
+    if (o.world_size % o.min_cp != 0 && o.effective_max_cp() < o.world_size)
       return status::failure(world_not_divisible,
-                             fmt::format("world_size = {} is not a multiple of min_cp = {}: the "
-                                         "megatron topology tiles the world with groups of min_cp",
-                                         o.world_size, o.min_cp));
+                             fmt::format("world_size = {} is not a multiple of min_cp = {} and "
+                                         "max_cp = {} leaves out the group of all ranks: ranks "
+                                         "would be left without a group",
+                                         o.world_size, o.min_cp, o.effective_max_cp()));
     if (!std::cmp_less(o.min_cp, largest) && o.effective_max_cp() < o.world_size)
       return status::failure(invalid_option,
                              fmt::format("no CP group size is legal in the megatron topology with "
