@@ -80,6 +80,8 @@ class Plan:
             out = []
             for m in range(self._native.microbatch_count):
                 groups, time, idle = self._native._groups(m)
+                for g in groups:
+                    g["samples"].flags.writeable = False  # the plan's own: read, not edited
                 out.append(Microbatch(tuple(Group(**g) for g in groups), time, idle))
             self._microbatches = tuple(out)
         return self._microbatches
@@ -180,6 +182,12 @@ def _lengths(lengths: Any) -> np.ndarray:
         raise TypeError(
             f"lengths: expected a sequence, an array or an iterable of integers, got "
             f"{type(lengths).__name__} {_shown(lengths)}"
+        )
+    if isinstance(lengths, collections.abc.Mapping):
+        # iterating a dict gives its keys: {7: 4000} planned a sample of 7 tokens
+        raise TypeError(
+            f"lengths: a {type(lengths).__name__} maps ids to lengths and iterates its keys; "
+            "give the lengths as a list (sample ids are positions), e.g. list(d.values())"
         )
     if isinstance(lengths, (set, frozenset)):
         # a sample's id is its position, and a set has neither positions nor repeated lengths
@@ -294,6 +302,11 @@ def plan(
     """
     if policy not in policies:
         raise ValueError(f"policy = {_shown(policy)}; use one of {', '.join(policies)}")
+    if not isinstance(topology, str):
+        raise TypeError(
+            f"topology: expected a name (aligned, contiguous or megatron), got "
+            f"{type(topology).__name__} {_shown(topology)}"
+        )
     return Plan(
         _dcpp._plan(
             _lengths(lengths),

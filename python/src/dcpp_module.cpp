@@ -136,6 +136,24 @@ std::shared_ptr<const cost_table> tabulate(const nb::callable& fn, const dcpp::p
                                   .c_str());
       t->values[l * t->sizes.size() + c] = value;
     }
+  // the contract of every estimator: no cost falls as the length grows (on one size); the
+  // planner's bounds and searches rely on it
+  for (std::size_t c = 0; c < t->sizes.size(); ++c) {
+    std::size_t previous = t->lengths.size();
+    for (std::size_t l = 0; l < t->lengths.size(); ++l) {
+      const double value = t->values[l * t->sizes.size() + c];
+      if (std::isnan(value))
+        continue;
+      if (previous < t->lengths.size() && value < t->values[previous * t->sizes.size() + c])
+        throw nb::value_error(fmt::format("estimator: cost({}, {}) = {} is below cost({}, {}) = "
+                                          "{}: a cost must not fall as the length grows",
+                                          t->lengths[l], t->sizes[c], value,
+                                          t->lengths[previous], t->sizes[c],
+                                          t->values[previous * t->sizes.size() + c])
+                                  .c_str());
+      previous = l;
+    }
+  }
   return t;
 }
 

@@ -494,3 +494,36 @@ def test_plan_methods_name_a_bad_argument():
     assert sorted(p.route(np.int64(0), np.int32(1))) == sorted(p.route(0, 1))
     assert all(np.array_equal(a, b) for a, b in zip(p.rank_samples(-1), p.rank_samples(len(p) - 1)))
     assert dcpp.Plan.from_json(p.to_json().encode()) == p
+
+
+# ---- hostile input, round 3 (issue 58) ------------------------------------------------------
+
+
+def test_a_mapping_of_lengths_is_refused_not_planned_by_its_keys():
+    import collections
+
+    for mapping in ({7: 4000, 9: 100}, collections.Counter({4000: 2, 100: 1})):
+        with pytest.raises(TypeError, match="maps ids to lengths and iterates its keys"):
+            dcpp.plan(mapping, 8, 4096)
+    # its values, given as a list, plan
+    assert len(dcpp.plan(list({7: 4000, 9: 100}.values()), 8, 4096).lengths) == 2
+
+
+def test_plan_arrays_are_read_only():
+    p = dcpp.plan([4000, 100, 9000, 300], 4, 4096)
+    g = p.microbatches[0].groups[0]
+    before = [a.tolist() for a in p.rank_samples(0)]
+    with pytest.raises(ValueError, match="read-only"):
+        g.samples[0] = 10**9
+    assert [a.tolist() for a in p.rank_samples(0)] == before
+    p.validate()
+
+
+def test_topology_must_be_a_name():
+    with pytest.raises(TypeError, match=re.escape("topology: expected a name (aligned, contiguous or megatron), got NoneType None")):
+        dcpp.plan([100, 200], 4, 4096, topology=None)
+
+
+def test_a_cost_that_falls_with_the_length_is_refused():
+    with pytest.raises(ValueError, match=re.escape("estimator: cost(200, 1) = 5000 is below cost(100, 1) = 10000: a cost must not fall as the length grows")):
+        dcpp.plan([100, 200, 300], 4, 4096, estimator=lambda n, cp: 1e6 / n / cp)
