@@ -218,6 +218,29 @@ int main(int argc, char** argv) {
     if (!json_path.empty() && json_path == svg_path)
       throw dcpp::error(dcpp::status_code::invalid_option,
                         fmt::format("--json and --svg both name '{}'; give two files", json_path));
+    // one file by two names (./x and x, a link): the later write would replace the earlier,
+    // and an output on an input would replace the input
+    const std::string calibration =
+        estimator_spec.rfind("calibrated:", 0) == 0 ? estimator_spec.substr(11) : "";
+    for (const auto& [out, flag] :
+         {std::pair{&json_path, "--json"}, std::pair{&svg_path, "--svg"}}) {
+      if (out->empty() || *out == "-")
+        continue;
+      if (flag == std::string_view("--json") && !svg_path.empty() && svg_path != "-" &&
+          dcpp::same_file(json_path, svg_path))
+        throw dcpp::error(dcpp::status_code::invalid_option,
+                          fmt::format("--json '{}' and --svg '{}' name the same file; give two "
+                                      "files",
+                                      json_path, svg_path));
+      for (const auto& [in, what] :
+           {std::pair<const std::string*, const char*>{&input, "the input"},
+            std::pair<const std::string*, const char*>{&calibration, "the calibration file"}})
+        if (!in->empty() && *in != "-" && dcpp::same_file(*out, *in))
+          throw dcpp::error(dcpp::status_code::invalid_option,
+                            fmt::format("{} '{}' names {} '{}': writing it would replace it; "
+                                        "give another file",
+                                        flag, *out, what, *in));
+    }
     const std::string json_text = json_path.empty() ? "" : dcpp::write_plan_json(p, options);
     const std::string svg_text =
         svg_path.empty() ? ""

@@ -291,7 +291,13 @@ void check_start(Comm& world, const options& o) {
                               "the trainer's options (--steps, --samples, --lr, --momentum, "
                               "--max-tokens-per-rank, --seed, --calibrate, --calibrate-repeats)");
   dcpp::status writable = dcpp::status::success();
-  if (world.rank() == 0)
+  if (world.rank() == 0 && !o.log_path.empty() && !o.weights_path.empty() &&
+      dcpp::same_file(o.log_path, o.weights_path))
+    writable = dcpp::status::failure(
+        dcpp::status_code::invalid_option,
+        fmt::format("--log '{}' and --weights '{}' name the same file; give two files", o.log_path,
+                    o.weights_path));
+  if (world.rank() == 0 && writable)
     for (const auto& [path, flag] :
          {std::pair{&o.log_path, "--log"}, std::pair{&o.weights_path, "--weights"}}) {
       if (path->empty())

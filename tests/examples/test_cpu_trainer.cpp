@@ -218,6 +218,22 @@ TEST_CASE("cpu trainer: an unwritable --log fails on every rank before training"
   CHECK_FALSE(std::filesystem::exists("/tmp/dcpp_unused_w.npy"));
 }
 
+TEST_CASE("cpu trainer: --log and --weights naming one file are refused before training") {
+  const auto dir = std::filesystem::temp_directory_path() / "dcpp_trainer_same";
+  std::filesystem::create_directories(dir);
+  const std::string x = (dir / "x").string();
+  const std::string dot = (dir / "." / "x").string();
+  const auto run =
+      run_calibration(2, fmt::format("--steps 5 --log {} --weights {}", x, dot), "samefile");
+  INFO(run.err << run.out);
+  CHECK(run.exit_code != 0);
+  CHECK(run.err.find(fmt::format("--log '{}' and --weights '{}' name the same file", x, dot)) !=
+        std::string::npos);
+  CHECK(run.out.find("step") == std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(x));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("cpu trainer: ranks started with different options fail together, not hang") {
   const auto dir = std::filesystem::temp_directory_path() / "dcpp_trainer_mpmd";
   std::filesystem::create_directories(dir);

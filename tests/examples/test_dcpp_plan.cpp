@@ -297,6 +297,36 @@ TEST_CASE("dcpp-plan: the megatron topology and estimator: Megatron's groups, ev
                "the batch holds 8 samples, fewer than microbatch_multiple = 16");
 }
 
+TEST_CASE("dcpp-plan: one file by two names is refused, and the input is never written") {
+  const std::string text = "100\n7000\n300\n";
+  const fs::path in = write("same_in.txt", text);
+  const fs::path out = scratch() / "same_out";
+  fs::remove(out);
+  const auto refused = [](const std::string& args, const std::string& needle) {
+    const auto r = run(args);
+    CAPTURE(args);
+    CAPTURE(r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.rfind("dcpp-plan: error: ", 0) == 0);
+    CHECK(r.err.find(needle) != std::string::npos);
+  };
+  const std::string dotted = (scratch() / "." / "same_out").string();
+  refused(in.string() + " --json " + out.string() + " --svg " + dotted,
+          "--json '" + out.string() + "' and --svg '" + dotted + "' name the same file");
+  CHECK_FALSE(fs::exists(out));
+  refused(in.string() + " --json " + (scratch() / "." / "same_in.txt").string(),
+          "names the input '" + in.string() + "': writing it would replace it");
+  refused(in.string() + " --svg " + in.string(), "--svg '" + in.string() + "' names the input");
+  CHECK(slurp(in) == text);
+  // a symbolic link to the input is the input
+  const fs::path link = scratch() / "same_link";
+  fs::remove(link);
+  fs::create_symlink(in, link);
+  refused(in.string() + " --json " + link.string(), "names the input");
+  CHECK(slurp(in) == text);
+  fs::remove(link);
+}
+
 TEST_CASE("dcpp-plan: network options that do not apply are refused") {
   const fs::path ok = write("ok2.txt", "100\n7000\n");
   expect_error(ok.string() + " --estimator length2 --gpus-per-node 4",

@@ -23,6 +23,25 @@
 
 namespace dcpp {
 
+//! True when the paths `a` and `b` name one file: the same device and inode where both exist
+//! (`./x` and `x`, an absolute and a relative path, a link and its target), else the same
+//! absolute path once normalised with its existing symbolic links resolved. Two outputs of one
+//! run, or an output and an input, must not be one file: the later write would replace the
+//! earlier, or the input.
+inline bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {};
+  struct stat sb {};
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  std::error_code ea, eb;
+  const std::filesystem::path ca = std::filesystem::weakly_canonical(a, ea);
+  const std::filesystem::path cb = std::filesystem::weakly_canonical(b, eb);
+  if (ea || eb)
+    return std::filesystem::path(a).lexically_normal() ==
+           std::filesystem::path(b).lexically_normal();
+  return ca == cb;
+}
+
 //! One output staged in a temporary file beside `target` (same directory, so the rename is
 //! atomic). `write` and `close` throw dcpp::error naming `what`, the path and the system's
 //! reason; `commit` renames into place. A staged file that is not committed is removed.
