@@ -147,9 +147,8 @@ std::shared_ptr<const cost_table> tabulate(const nb::callable& fn, const dcpp::p
       if (previous < t->lengths.size() && value < t->values[previous * t->sizes.size() + c])
         throw nb::value_error(fmt::format("estimator: cost({}, {}) = {} is below cost({}, {}) = "
                                           "{}: a cost must not fall as the length grows",
-                                          t->lengths[l], t->sizes[c], value,
-                                          t->lengths[previous], t->sizes[c],
-                                          t->values[previous * t->sizes.size() + c])
+                                          t->lengths[l], t->sizes[c], value, t->lengths[previous],
+                                          t->sizes[c], t->values[previous * t->sizes.size() + c])
                                   .c_str());
       previous = l;
     }
