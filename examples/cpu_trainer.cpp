@@ -270,11 +270,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Train a small model with dynamic context parallelism on CPUs under MPI"};
   trainer::options o;
   o.add_to(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return world.rank() == 0 ? app.exit(e) : 1;
-  }
+  if (const auto stop = trainer::parse_on_every_rank(app, argc, argv, world, "cpu_trainer"))
+    return *stop;
   return dcpp::guarded_main(fmt::format("cpu_trainer rank {}: ", world.rank()), [&]() -> int {
     trainer::check_start(world, o);
     if (!o.calibrate_lengths.empty()) {

@@ -371,11 +371,8 @@ int main(int argc, char** argv) {
                "rank, NCCL)"};
   trainer::options o;
   o.add_to(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return world.rank() == 0 ? app.exit(e) : 1;
-  }
+  if (const auto stop = trainer::parse_on_every_rank(app, argc, argv, world, "gpu_trainer"))
+    return *stop;
   // Every rank needs a device; ranks agree before any of them touches NCCL.
   const std::uint64_t without = world.all_reduce_max(dcpp::cuda_device_present() ? 0u : 1u);
   if (without != 0) {

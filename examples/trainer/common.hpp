@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -310,6 +312,42 @@ void check_start(Comm& world, const options& o) {
       }
     }
   dcpp::throw_unless_agreed(world, writable);
+}
+
+//! Parses the flags on every rank and agrees on the outcome: a rank whose flags are refused, or
+//! that asks for --help, stops every rank, instead of leaving the others waiting in their first
+//! collective. The refused ranks print their error (rank 0's alone where it is among them);
+//! the others say why they stop. Returns the exit code when the run stops, nullopt when every
+//! rank parsed its flags.
+template <class Communicator>
+std::optional<int> parse_on_every_rank(CLI::App& app, int argc, char** argv, Communicator& world,
+                                       std::string_view program) {
+  std::exception_ptr refused;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError&) {
+    refused = std::current_exception();
+  }
+  const std::uint64_t mine = refused ? 1 : 0;
+  const bool any = world.all_reduce_max(mine) != 0;
+  const bool first = world.all_reduce_max(world.rank() == 0 ? mine : 0) != 0;
+  if (!any)
+    return std::nullopt;
+  if (!refused) {
+    if (world.rank() == 0 && !first)
+      fmt::print(stderr, "{}: another rank's flags were refused; every rank stops\n", program);
+    return 1;
+  }
+  try {
+    std::rethrow_exception(refused);
+  } catch (const CLI::ParseError& e) {
+    if (world.rank() != 0 && first)
+      return e.get_exit_code(); // rank 0 says it
+    if (world.rank() != 0)
+      fmt::print(stderr, "{} rank {}: ", program, world.rank());
+    return app.exit(e);
+  }
+  return 1;
 }
 
 //! Rank 0's report: a progress line per step (one updating line on a terminal) and the JSON log.

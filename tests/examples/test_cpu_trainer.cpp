@@ -234,6 +234,27 @@ TEST_CASE("cpu trainer: --log and --weights naming one file are refused before t
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("cpu trainer: a flag refused on one rank stops every rank, not a hang") {
+  const auto dir = std::filesystem::temp_directory_path() / "dcpp_trainer_badflag";
+  std::filesystem::create_directories(dir);
+  const std::string program = trainer_runs::env("DCPP_CPU_TRAINER");
+  for (const std::string bad : {"--steps abc", "--steps 0", "--no-such-flag", "--help"}) {
+    const std::string cmd =
+        fmt::format("timeout 120 {0} -np 1 {1} --steps 2 --quiet : -np 1 {1} {2} > {3} 2>&1",
+                    trainer_runs::env("DCPP_MPIEXEC"), program, bad, (dir / "out.txt").string());
+    const int status = std::system(cmd.c_str());
+    std::ifstream in(dir / "out.txt");
+    const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    INFO(bad << ": " << all);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) != 124); // the ranks did not hang
+    CHECK(WEXITSTATUS(status) != 0);
+    CHECK(all.find("another rank's flags were refused; every rank stops") != std::string::npos);
+    CHECK(all.find("step    1/") == std::string::npos); // no step ran
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("cpu trainer: ranks started with different options fail together, not hang") {
   const auto dir = std::filesystem::temp_directory_path() / "dcpp_trainer_mpmd";
   std::filesystem::create_directories(dir);
