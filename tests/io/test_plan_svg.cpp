@@ -55,6 +55,12 @@ TEST_CASE("plan_svg: a title of any bytes is well-formed XML") {
   CHECK(dcpp::detail::xml_text("a\xE2\x82") == "a" + fffd + fffd);
   CHECK(dcpp::detail::xml_text("\xF4\x90\x80\x80") == fffd + fffd + fffd + fffd);  // > U+10FFFF
   CHECK(dcpp::detail::xml_text("\xF0\x9F\x99\x82\t\n") == "\xF0\x9F\x99\x82\t\n"); // kept
+  // U+FFFE and U+FFFF are no XML characters (a workload named with them made a broken picture);
+  // U+FFFD and U+FFFC next to them are characters
+  CHECK(dcpp::detail::xml_text("a\xEF\xBF\xBE"
+                               "b\xEF\xBF\xBF") ==
+        "a" + fffd + fffd + fffd + "b" + fffd + fffd + fffd);
+  CHECK(dcpp::detail::xml_text("\xEF\xBF\xBD\xEF\xBF\xBC") == "\xEF\xBF\xBD\xEF\xBF\xBC");
 }
 
 TEST_CASE("plan_svg: the largest worlds draw at most 16,384 px of ranks") {

@@ -38,7 +38,7 @@ inline std::string xml_text(std::string_view text) {
       continue;
     }
     // a UTF-8 sequence: its lead byte's length, continuation bytes, the shortest form, at most
-    // U+10FFFF, no surrogates
+    // U+10FFFF, no surrogates, no U+FFFE or U+FFFF
     const std::size_t length = byte >= 0xC2 && byte <= 0xDF   ? 2
                                : byte >= 0xE0 && byte <= 0xEF ? 3
                                : byte >= 0xF0 && byte <= 0xF4 ? 4
@@ -50,6 +50,10 @@ inline std::string xml_text(std::string_view text) {
       const auto second = static_cast<unsigned char>(text[i + 1]);
       valid = !(byte == 0xE0 && second < 0xA0) && !(byte == 0xED && second >= 0xA0) &&
               !(byte == 0xF0 && second < 0x90) && !(byte == 0xF4 && second >= 0x90);
+      // U+FFFE and U+FFFF are no characters of XML (its Char production stops at U+FFFD)
+      if (valid && length == 3 && byte == 0xEF && second == 0xBF &&
+          static_cast<unsigned char>(text[i + 2]) >= 0xBE)
+        valid = false;
     }
     if (valid) {
       out += text.substr(i, length);
