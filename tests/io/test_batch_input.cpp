@@ -116,7 +116,9 @@ TEST_CASE("batch_input: JSON workloads with their settings") {
 }
 
 TEST_CASE("batch_input: JSON errors name the field and index") {
-  CHECK(error_of(R"({"lengths": [1]})") == "batch.txt: missing array field 'seqlens'");
+  CHECK(error_of(R"({"name": "w"})") == "batch.txt: missing array field 'seqlens'");
+  CHECK(error_of(R"({"seqlens": 5})") ==
+        "batch.txt: field 'seqlens' = 5 must be an array of lengths");
   CHECK(error_of(R"({"seqlens": [1, 2, "x"]})") ==
         "batch.txt: seqlens[2] = \"x\" must be a positive integer length");
   CHECK(error_of(R"({"seqlens": [1, 0]})") ==
@@ -125,6 +127,24 @@ TEST_CASE("batch_input: JSON errors name the field and index") {
   CHECK(error_of(R"({"seqlens": [1], "total_gpus": -2})") ==
         "batch.txt: field 'total_gpus' = -2 must be an integer from 1 to 16777216");
   CHECK(error_of("{ nope").find("not valid JSON") != std::string::npos);
+}
+
+TEST_CASE("batch_input: a key twice and an unknown field are refused, naming them") {
+  // planned one sample of 300 before: the later value won without a word
+  CHECK(error_of(R"({"seqlens": [100, 200], "seqlens": [300]})") ==
+        "batch.txt: key 'seqlens' appears twice in one object");
+  CHECK(error_of(R"({"seqlens": [1], "x": {"a": 1, "b": 2, "a": 3}})") ==
+        "batch.txt: key 'a' appears twice in one object");
+  // a typo planned with the default world before
+  CHECK(error_of(R"({"seqlens": [1], "total_gpu": 64})") ==
+        "batch.txt: unknown field 'total_gpu'; the fields are seqlens, total_gpus, world_size, "
+        "max_seq_len_per_rank, max_tokens_per_rank, min_cp_size, vpp_microbatch_group_size, name, "
+        "description, seed, pad_multiple");
+  CHECK(error_of(R"({"lengths": [1]})").find("unknown field 'lengths'") != std::string::npos);
+  // the same key in two objects is no repeat; the shared workloads' provenance fields are known
+  const auto b = read(R"({"seqlens": [7], "description": {"seqlens": 1}, "seed": 3,
+                          "pad_multiple": 8})");
+  CHECK(b.lengths == std::vector<std::int64_t>{7});
 }
 
 TEST_CASE("batch_input: calibration CSV") {

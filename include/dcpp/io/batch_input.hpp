@@ -2,6 +2,7 @@
 // name the line or the field.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <istream>
@@ -75,6 +76,29 @@ std::optional<T> optional_integer(const nlohmann::json& j, std::string_view sour
 }
 } // namespace detail
 
+//! The fields a JSON workload may hold: `seqlens` and the planning settings, and three that
+//! describe it and are not read (`description`, `seed`, `pad_multiple`: the shared workloads'
+//! provenance).
+inline constexpr std::string_view workload_fields[] = {"seqlens",
+                                                       "total_gpus",
+                                                       "world_size",
+                                                       "max_seq_len_per_rank",
+                                                       "max_tokens_per_rank",
+                                                       "min_cp_size",
+                                                       "vpp_microbatch_group_size",
+                                                       "name",
+                                                       "description",
+                                                       "seed",
+                                                       "pad_multiple"};
+
+//! `workload_fields` as a list for messages.
+inline std::string workload_field_names() {
+  std::string out;
+  for (const std::string_view f : workload_fields)
+    out += fmt::format("{}{}", out.empty() ? "" : ", ", f);
+  return out;
+}
+
 //! Text: one positive integer length per line; `#` starts a comment; blank lines are skipped.
 //! JSON (first non-blank character `{`): an object with a `seqlens` array; `total_gpus`,
 //! `max_seq_len_per_rank`, `min_cp_size`, `vpp_microbatch_group_size` and `name` may sit beside
@@ -88,9 +112,21 @@ inline batch_input read_batch(std::istream& in, std::string_view source) {
   const auto start = text.find_first_not_of(" \t\r\n");
   if (start != std::string::npos && text[start] == '{') {
     const nlohmann::json j = detail::parse_json(text, source);
-    if (!j.contains("seqlens") || !j["seqlens"].is_array())
+    // a field dcpp does not know is refused, not ignored: a typo ("total_gpu") would plan with
+    // the default in silence
+    for (const auto& [key, value] : j.items())
+      if (std::find(std::begin(workload_fields), std::end(workload_fields), key) ==
+          std::end(workload_fields))
+        throw error(status_code::parse_error,
+                    fmt::format("{}: unknown field {}; the fields are {}", source,
+                                detail::quoted_text(key, '\''), workload_field_names()));
+    if (!j.contains("seqlens"))
       throw error(status_code::parse_error,
                   fmt::format("{}: missing array field 'seqlens'", source));
+    if (!j["seqlens"].is_array())
+      throw error(status_code::parse_error,
+                  fmt::format("{}: field 'seqlens' = {} must be an array of lengths", source,
+                              detail::describe_json(j["seqlens"])));
     const auto& seqlens = j["seqlens"];
     if (std::cmp_greater(seqlens.size(), max_batch_samples))
       throw error(status_code::invalid_length,

@@ -7,9 +7,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -21,27 +24,6 @@ namespace dcpp::detail {
 //! The deepest nesting any dcpp document needs is 5 (plan: microbatches, groups, samples);
 //! this leaves room for users' own fields beside them.
 inline constexpr int max_json_depth = 64;
-
-//! Parses `text`; errors (not JSON, nested deeper than max_json_depth) name `source`.
-inline nlohmann::json parse_json(std::string_view text, std::string_view source) {
-  bool too_deep = false;
-  const nlohmann::json::parser_callback_t limit = [&](int depth, nlohmann::json::parse_event_t,
-                                                      nlohmann::json&) {
-    if (depth > max_json_depth)
-      too_deep = true;
-    return !too_deep;
-  };
-  try {
-    nlohmann::json j = nlohmann::json::parse(text, limit);
-    if (too_deep)
-      throw error(status_code::parse_error,
-                  fmt::format("{}: JSON nested deeper than {} levels", source, max_json_depth));
-    return j;
-  } catch (const nlohmann::json::exception& e) {
-    // parse_error, and out_of_range for a number past double's range (1e999)
-    throw error(status_code::parse_error, fmt::format("{}: not valid JSON ({})", source, e.what()));
-  }
-}
 
 //! How many characters of a piece of input an error message quotes (`quoted_text`).
 inline constexpr std::size_t quoted_characters = 40;
@@ -112,6 +94,42 @@ bool json_integer(const nlohmann::json& j, T& out) {
     return true;
   }
   return false;
+}
+
+//! Parses `text`; errors (not JSON, nested deeper than max_json_depth, a key twice in one
+//! object) name `source`. A repeated key is refused: JSON leaves its meaning open, and a reader
+//! that kept one of the two values would plan what the file does not say.
+inline nlohmann::json parse_json(std::string_view text, std::string_view source) {
+  bool too_deep = false;
+  std::optional<std::string> repeated;
+  std::vector<std::set<std::string>> keys; // per open object, its keys so far
+  const nlohmann::json::parser_callback_t limit =
+      [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        using event_t = nlohmann::json::parse_event_t;
+        if (depth > max_json_depth)
+          too_deep = true;
+        if (event == event_t::object_start)
+          keys.emplace_back();
+        else if (event == event_t::object_end && !keys.empty())
+          keys.pop_back();
+        else if (event == event_t::key && !keys.empty() && !repeated &&
+                 !keys.back().insert(parsed.get<std::string>()).second)
+          repeated = parsed.get<std::string>();
+        return !too_deep && !repeated;
+      };
+  try {
+    nlohmann::json j = nlohmann::json::parse(text, limit);
+    if (too_deep)
+      throw error(status_code::parse_error,
+                  fmt::format("{}: JSON nested deeper than {} levels", source, max_json_depth));
+    if (repeated)
+      throw error(status_code::parse_error, fmt::format("{}: key {} appears twice in one object",
+                                                        source, quoted_text(*repeated, '\'')));
+    return j;
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number past double's range (1e999)
+    throw error(status_code::parse_error, fmt::format("{}: not valid JSON ({})", source, e.what()));
+  }
 }
 
 } // namespace dcpp::detail
