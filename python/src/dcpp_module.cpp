@@ -209,8 +209,8 @@ calibration fit_rows(const nb::iterable& rows, std::optional<std::int32_t> gpus_
 }
 
 calibration fit_csv(const std::string& path, std::optional<std::int32_t> gpus_per_node) {
-  std::istringstream in(
-      dcpp::read_file(path, "calibration", dcpp::input_limit, dcpp::file_content::text));
+  std::istringstream in(dcpp::read_file(path, "calibration", dcpp::calibration_input_limit,
+                                        dcpp::file_content::text));
   auto named = dcpp::calibrated_from_rows(dcpp::read_calibration(in, path), gpus_per_node,
                                           "calibrated:" + path);
   return {std::get<dcpp::calibrated_cost>(std::move(named.estimator)), named.name};

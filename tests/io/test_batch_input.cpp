@@ -2,6 +2,8 @@
 #include "../support.hpp"
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -9,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "dcpp/io/batch_input.hpp"
+#include "dcpp/io/by_name.hpp"
 
 namespace {
 dcpp::batch_input read(const std::string& text) {
@@ -145,6 +148,23 @@ TEST_CASE("batch_input: a key twice and an unknown field are refused, naming the
   const auto b = read(R"({"seqlens": [7], "description": {"seqlens": 1}, "seed": 3,
                           "pad_multiple": 8})");
   CHECK(b.lengths == std::vector<std::int64_t>{7});
+}
+
+TEST_CASE("batch_input: a calibration file past 64 MiB is refused before it is read") {
+  // an endless stream (<(yes 4096,1,0.3)) was read until the memory ran out
+  const auto path = std::filesystem::temp_directory_path() / "dcpp_huge_calibration.csv";
+  std::filesystem::remove(path);
+  std::ofstream(path) << "4096,1,0.3\n";
+  std::filesystem::resize_file(path, dcpp::calibration_input_limit + 1);
+  try {
+    (void)dcpp::estimator_from_spec("calibrated:" + path.string(), {});
+    FAIL("no error");
+  } catch (const dcpp::error& e) {
+    CHECK(std::string(e.what()) ==
+          fmt::format("--estimator calibrated: '{}' holds 67108865 bytes; the limit is 67108864",
+                      path.string()));
+  }
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("batch_input: calibration CSV") {

@@ -40,6 +40,11 @@ struct batch_input {
 //! is refused after 1 GiB instead of filling the memory.
 inline constexpr std::int64_t batch_input_limit = max_batch_samples * 64; // 2^30
 
+//! The most bytes a calibration CSV may hold: a million rows of 64 bytes, far past the few
+//! hundred a calibration measures, so that an endless stream (`<(yes 4096,1,0.3)`) is refused
+//! after 64 MiB instead of filling the memory.
+inline constexpr std::int64_t calibration_input_limit = std::int64_t{1} << 26;
+
 namespace detail {
 inline std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))

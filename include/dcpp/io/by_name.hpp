@@ -117,8 +117,8 @@ inline named_estimator estimator_from_spec(std::string_view spec, const network_
                               "links (give {} for the node size the timings were taken on)",
                               say.intra_node, say.inter_node, say.estimator, say.gpus_per_node));
     const std::string path(spec.substr(11));
-    std::istringstream in(read_file(path, fmt::format("{} calibrated", say.estimator), input_limit,
-                                    file_content::text));
+    std::istringstream in(read_file(path, fmt::format("{} calibrated", say.estimator),
+                                    calibration_input_limit, file_content::text));
     return calibrated_from_rows(read_calibration(in, path), net.gpus_per_node, std::string(spec));
   }
   if (auto preset = transformer_cost::from_preset(spec)) {
