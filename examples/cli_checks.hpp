@@ -56,6 +56,23 @@ inline CLI::Validator finite_in(double low, double high) {
                                [low, high](double v) { return v >= low && v <= high; });
 }
 
+//! A decimal integer, as every number dcpp reads is: leading zeros are dropped before CLI11
+//! converts the text (which reads `016` as octal 14 and `0x10` as 16), anything but an optional
+//! sign and digits is refused. Add it before an option's range check, which converts too.
+inline CLI::Validator decimal() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const std::size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+        if (text.size() == sign || text.find_first_not_of("0123456789", sign) != std::string::npos)
+          return fmt::format("'{}' is not a decimal integer", text);
+        const std::size_t first = text.find_first_not_of('0', sign);
+        text = text.substr(0, sign) +
+               (first == std::string::npos ? std::string("0") : text.substr(first));
+        return {};
+      },
+      ""); // no word in --help: the option's type already says INT
+}
+
 //! A whole number from 0 to 2^64 - 1, digits only (e.g. a seed: CLI11 alone wraps -1 to 2^64 - 1).
 inline CLI::Validator unsigned_integer() {
   return CLI::Validator(
@@ -66,6 +83,7 @@ inline CLI::Validator unsigned_integer() {
         if (text.empty() || ec != std::errc() || at != end)
           return fmt::format("'{}' is not an integer from 0 to {}", text,
                              std::numeric_limits<std::uint64_t>::max());
+        text = std::to_string(value); // decimal: CLI11 would read a leading 0 as octal
         return {};
       },
       "UINT64");

@@ -164,8 +164,11 @@ struct options {
   int calibrate_repeats = 3;
 
   void add_to(CLI::App& app) {
-    app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, 100000));
+    app.add_option("--steps", steps, "training steps")
+        ->transform(dcpp_cli::decimal())
+        ->check(CLI::Range(1, 100000));
     app.add_option("--samples", samples, "samples per step (over all ranks)")
+        ->transform(dcpp_cli::decimal())
         ->check(CLI::Range(1, 1 << 20));
     app.add_option("--lr", lr, "SGD learning rate (applied in float)")
         ->check(dcpp_cli::positive_float());
@@ -173,6 +176,7 @@ struct options {
     app.add_option("--max-tokens-per-rank", budget,
                    "token budget per rank and micro-batch (0, the default: 512, or 1024 on one "
                    "rank)")
+        ->transform(dcpp_cli::decimal())
         ->check(CLI::Range(std::int64_t{0}, dcpp::max_tokens_per_rank_limit));
     app.add_option("--seed", seed, "data and initialisation seed (0 to 2^64 - 1)")
         ->check(dcpp_cli::unsigned_integer());
@@ -186,10 +190,12 @@ struct options {
                    "(comma-separated) on every power-of-two CP group that divides the world, and "
                    "a micro-batch's fixed cost; prints the CSV rows that dcpp-plan --estimator "
                    "calibrated:FILE fits")
+        ->transform(dcpp_cli::decimal())
         ->delimiter(',')
         ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 40));
     app.add_option("--calibrate-repeats", calibrate_repeats,
                    "timed runs per calibration row, after one warm-up (the median is printed)")
+        ->transform(dcpp_cli::decimal())
         ->check(CLI::Range(1, 1000));
   }
   //! The planner's options for `world` ranks: the token budget is the flag's, or by default 512

@@ -297,6 +297,29 @@ TEST_CASE("dcpp-plan: the megatron topology and estimator: Megatron's groups, ev
                "the batch holds 8 samples, fewer than microbatch_multiple = 16");
 }
 
+TEST_CASE("dcpp-plan: numbers are decimal: a leading zero is no octal, a 0x prefix is refused") {
+  const fs::path in = write("decimal.txt", "100\n7000\n300\n010\n");
+  const fs::path json = scratch() / "decimal.json";
+  // CLI11 alone read 016 as octal 14 and 0100000 as 32768
+  const auto r = run(in.string() +
+                     " --world-size 016 --max-tokens-per-rank 0100000 --quiet "
+                     "--json " +
+                     json.string());
+  CAPTURE(r.err);
+  REQUIRE(r.status == 0);
+  const dcpp::plan p = dcpp::read_plan_json(slurp(json));
+  CHECK(p.world_size == 16);
+  CHECK(p.max_tokens_per_rank == 100000);
+  CHECK(p.lengths.back() == 10); // the lengths file reads 010 as 10 too
+  for (const std::string bad : {"0x10", "1e3", "16.0", "--", "+"}) {
+    const auto e = run(in.string() + " --world-size=" + bad);
+    CAPTURE(bad);
+    CAPTURE(e.err);
+    CHECK(e.status == 105);
+    CHECK(e.err.find("'" + bad + "' is not a decimal integer") != std::string::npos);
+  }
+}
+
 TEST_CASE("dcpp-plan: one file by two names is refused, and the input is never written") {
   const std::string text = "100\n7000\n300\n";
   const fs::path in = write("same_in.txt", text);
