@@ -342,6 +342,16 @@ dcpp::named_estimator model_estimator(const nb::dict& d, const dcpp::network_ove
   return {dcpp::transformer_cost(shape, spec), name};
 }
 
+//! The topology `name` gives; ValueError naming the value and the names otherwise.
+dcpp::topology topology_named(const std::string& name) {
+  const std::optional<dcpp::topology> named = dcpp::topology_from_string(name);
+  if (!named)
+    throw nb::value_error(fmt::format("topology = {}; use 'aligned', 'contiguous' or 'megatron'",
+                                      dcpp::detail::quoted_text(name, '\''))
+                              .c_str());
+  return *named;
+}
+
 struct plan_request {
   dcpp::plan_options options;
   dcpp::policy_choice policy;
@@ -418,12 +428,7 @@ py_plan plan_py(const lengths_array& lengths_in, std::int32_t world_size,
   o.max_tokens_per_rank = max_tokens_per_rank;
   o.min_cp = min_cp;
   o.max_cp = max_cp;
-  const std::optional<dcpp::topology> named = dcpp::topology_from_string(topology);
-  if (!named)
-    throw nb::value_error(fmt::format("topology = {}; use 'aligned', 'contiguous' or 'megatron'",
-                                      dcpp::detail::quoted_text(topology, '\''))
-                              .c_str());
-  o.group_topology = *named;
+  o.group_topology = topology_named(topology);
   o.microbatch_multiple = microbatch_multiple;
   o.padding_unit = padding_unit;
   o.microbatch_overhead = microbatch_overhead; // checked with the others by check_problem
@@ -457,12 +462,7 @@ nb::dict evaluate_py(const std::string& plan_text, const nb::object& estimator,
   auto& o = rq.options;
   o.world_size = p.world_size;
   o.max_tokens_per_rank = p.max_tokens_per_rank;
-  const std::optional<dcpp::topology> named = dcpp::topology_from_string(topology);
-  if (!named)
-    throw nb::value_error(fmt::format("topology = {}; use 'aligned', 'contiguous' or 'megatron'",
-                                      dcpp::detail::quoted_text(topology, '\''))
-                              .c_str());
-  o.group_topology = *named;
+  o.group_topology = topology_named(topology);
   rq.network = {gpus_per_node, intra_node_bandwidth, inter_node_bandwidth};
   dcpp::throw_if_failed(dcpp::check_problem(o, p.lengths));
   // the groups index the lengths and the ranks: checked before anything reads them (the
