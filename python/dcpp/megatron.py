@@ -46,8 +46,8 @@ DEFAULT_ESTIMATOR = "llama3-8b@h100"
 _RESERVED = ("world_size", "max_tokens_per_rank", "min_cp", "microbatch_multiple", "topology")
 
 
-def _positive(name: str, value: Any) -> int:
-    n = _integer(name, value, 32)
+def _positive(name: str, value: Any, bits: int = 32) -> int:
+    n = _integer(name, value, bits)
     if n < 1:
         raise ValueError(f"{name} = {n} must be >= 1")
     return n
@@ -120,7 +120,7 @@ class _Planning:
         estimator: Any = None,
         **dcpp_options: Any,
     ):
-        budget = _positive("max_seqlen_per_dp_cp_rank", max_seqlen_per_dp_cp_rank)
+        budget = _positive("max_seqlen_per_dp_cp_rank", max_seqlen_per_dp_cp_rank, 64)
         cp = _positive("cp_size", cp_size)
         dp = _positive("dp_size", dp_size)
         vpp = _optional_integer(
@@ -274,7 +274,7 @@ class HybridCPScheduler:
 
     def __init__(self, max_seq_len_per_rank: int, dp_cp_group: Any, *, estimator: Any = None,
                  **dcpp_options: Any):
-        self.max_seq_len_per_rank = _positive("max_seq_len_per_rank", max_seq_len_per_rank)
+        self.max_seq_len_per_rank = _positive("max_seq_len_per_rank", max_seq_len_per_rank, 64)
         gpus = dp_cp_group.size() if hasattr(dp_cp_group, "size") else dp_cp_group
         self.total_hdp_gpus = _positive("dp_cp_group size", gpus)
         self.estimator = estimator

@@ -93,6 +93,11 @@ def test_both_call_shapes_build_the_scheduler():
 
 
 def test_bad_arguments_name_the_argument_and_value():
+    # the budget is a 64-bit token count (dcpp's limit is 2^36), not a 32-bit one
+    big = DynamicCPScheduler(2**33, 1, 8, None)
+    assert len(big.get_groups_and_subsamples([(0, 2**34), (1, 100)])) >= 1
+    with pytest.raises(ValueError, match="max_tokens_per_rank = 137438953473 exceeds the limit"):
+        DynamicCPScheduler(2**37 + 1, 1, 8, None).get_groups_and_subsamples([(0, 100)])
     with pytest.raises(ValueError, match=re.escape("cp_size = 0 must be >= 1")):
         DynamicCPScheduler(4096, 0, 8, None)
     with pytest.raises(TypeError, match=re.escape("max_seqlen_per_dp_cp_rank: expected an integer, got str '4096'")):
