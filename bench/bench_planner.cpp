@@ -201,6 +201,20 @@ void run_corners(const transformer_cost& estimator, int repeats) {
                        o.max_tokens_per_rank = 16384;
                        return plan_ms(o, tiny(n, 8192, 13), estimator, balanced{}, 1);
                      }});
+  // the baselines offer every remaining sample to each micro-batch: with hundreds of
+  // micro-batches that must not cost samples x micro-batches
+  const auto baseline_samples = [&](std::string_view policy, auto packing) {
+    corners.push_back({fmt::format("{}, 1,024 ranks, samples <= 32K, samples", policy),
+                       {125000, 250000, 500000, 1000000},
+                       [&, packing](std::int64_t n) {
+                         plan_options o;
+                         o.world_size = 1024;
+                         o.max_tokens_per_rank = 16384;
+                         return plan_ms(o, tiny(n, 32768, 14), estimator, packing, 1);
+                       }});
+  };
+  baseline_samples("megatron_greedy", megatron_greedy{});
+  baseline_samples("uniform_cp", uniform_cp{});
   for (const auto& c : corners) {
     double previous = 0;
     std::int64_t previous_size = 0;

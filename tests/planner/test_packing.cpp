@@ -159,6 +159,71 @@ TEST_CASE("uniform_cp: one CP size per micro-batch, from its longest sample") {
   }
 }
 
+TEST_CASE("remaining_samples: the next sample no longer than a limit, as a scan finds it") {
+  w::rng r(20261202);
+  for (const std::size_t n : {std::size_t{1}, std::size_t{31}, std::size_t{32}, std::size_t{33},
+                              std::size_t{97}, std::size_t{1000}, std::size_t{4099}}) {
+    const auto o = options_for(8, 4096);
+    std::vector<std::int64_t> lengths(n);
+    for (auto& l : lengths)
+      l = r.uniform_int(0, 4 * 4096);
+    const auto pr = dcpp::make_problem(o, lengths);
+    std::vector<std::int32_t> order(n);
+    for (std::size_t k = 0; k < n; ++k)
+      order[k] = static_cast<std::int32_t>((k * 7 + 3) % n); // not the identity
+    dcpp::detail::remaining_samples rest(pr, order);
+    std::vector<bool> taken(n, false);
+    std::size_t left = n;
+    const auto scan = [&](std::size_t from, std::int64_t limit) {
+      for (std::size_t k = from; k < n; ++k)
+        if (!taken[k] && lengths[static_cast<std::size_t>(order[k])] <= limit)
+          return k;
+      return dcpp::detail::remaining_samples::npos;
+    };
+    while (left > 0) {
+      for (int q = 0; q < 20; ++q) {
+        const auto from = static_cast<std::size_t>(r.uniform_int(0, static_cast<std::int64_t>(n)));
+        const std::int64_t limit =
+            q == 0 ? std::numeric_limits<std::int64_t>::max() : r.uniform_int(-1, 4 * 4096);
+        REQUIRE(rest.next(from, limit) == scan(from, limit));
+      }
+      // take the first remaining, or a random one
+      std::size_t k =
+          r.uniform_int(0, 1) == 0
+              ? scan(0, std::numeric_limits<std::int64_t>::max())
+              : static_cast<std::size_t>(r.uniform_int(0, static_cast<std::int64_t>(n) - 1));
+      while (taken[k])
+        k = (k + 1) % n;
+      CHECK(rest.sample(k) == order[k]);
+      CHECK_FALSE(rest.taken(k));
+      rest.remove(k);
+      CHECK(rest.taken(k));
+      taken[k] = true;
+      --left;
+      CHECK(rest.empty() == (left == 0));
+    }
+    CHECK(rest.next(0, std::numeric_limits<std::int64_t>::max()) ==
+          dcpp::detail::remaining_samples::npos);
+  }
+}
+
+TEST_CASE("longest_fitting: a length fits a room exactly when it is at most the longest") {
+  w::rng r(20261203);
+  for (int t = 0; t < 20000; ++t) {
+    dcpp::plan_options o;
+    o.padding_unit = static_cast<std::int32_t>(r.uniform_int(1, 5));
+    const auto cp = static_cast<std::int32_t>(r.uniform_int(0, 12));
+    const std::int64_t room = r.uniform_int(-3, 400);
+    const std::int64_t length = r.uniform_int(0, 5000);
+    const bool fits = cp >= 1 && dcpp::tokens_per_rank(o, length, cp) <= room;
+    CAPTURE(o.padding_unit);
+    CAPTURE(cp);
+    CAPTURE(room);
+    CAPTURE(length);
+    CHECK(fits == (length <= dcpp::detail::longest_fitting(o, room, cp)));
+  }
+}
+
 TEST_CASE("static_cp: every group has the fixed size; the check names a sample that cannot fit") {
   dcpp::plan_options o = options_for(16, 1024);
   const auto lengths = w::sft_lognormal(200, 8, 800, 1.2, 64, 4096);

@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string_view>
 #include <vector>
 
+#include "dcpp/planner/indexed_heap.hpp"
 #include "dcpp/planner/packing.hpp"
 
 namespace dcpp {
@@ -41,28 +43,45 @@ struct megatron_greedy_with {
   plan pack_in_order(const problem& pr, const Estimator& estimator,
                      const bucket_list& buckets) const {
     const plan_options& o = pr.options;
-    std::vector<std::int32_t> remaining = detail::flatten(buckets);
+    // Each micro-batch is offered every remaining sample in order; one that cannot be placed
+    // waits for the next. `rest` skips the samples longer than any group's token room or any
+    // new group on the free ranks could hold (they would wait), which changes nothing and keeps
+    // a batch of many micro-batches near-linear.
+    detail::remaining_samples rest(pr, detail::flatten(buckets));
     std::vector<detail::microbatch_state> mbs;
-    std::vector<std::int32_t> leftovers;
-    while (!remaining.empty()) {
+    while (!rest.empty()) {
       detail::microbatch_state mb(o.world_size);
-      leftovers.clear();
+      const std::size_t front = rest.next(0, std::numeric_limits<std::int64_t>::max());
+      const auto tall = static_cast<std::size_t>(rest.sample(front));
       {
-        const auto s = static_cast<std::size_t>(remaining.front());
-        const std::int32_t cp = pr.min_cp_of[s];
-        const std::int64_t tokens = pr.rank_tokens(s, cp);
-        const double cost = sample_cost(pr, estimator, s, cp);
+        const std::int32_t cp = pr.min_cp_of[tall];
         const std::int32_t g = mb.open(mb.free_block(o, cp).value(), cp);
-        mb.add(g, remaining.front(), tokens, cost);
+        mb.add(g, rest.sample(front), pr.rank_tokens(tall, cp),
+               sample_cost(pr, estimator, tall, cp));
+        rest.remove(front);
       }
-      const auto tall = static_cast<std::size_t>(remaining.front());
-      const double cap = mb.max_load() /
+      // loads only grow while the micro-batch fills: its maximum is kept, not searched
+      double current_max = mb.max_load();
+      const double cap = current_max /
                          static_cast<double>(pr.rank_tokens(tall, pr.min_cp_of[tall])) *
                          static_cast<double>(o.max_tokens_per_rank) * (1.0 + cap_slack);
-      for (std::size_t k = 1; k < remaining.size(); ++k) {
-        const std::int32_t sample = remaining[k];
+      // the longest sample each group's token room could still hold, most first
+      detail::indexed_heap<std::int64_t> group_reach;
+      const auto reach_of = [&](std::size_t g) {
+        const auto& grp = mb.groups()[g];
+        group_reach.set(-detail::longest_fitting(o, o.max_tokens_per_rank - grp.tokens, grp.cp),
+                        static_cast<std::int32_t>(g));
+      };
+      const auto reach = [&] { // the longest sample any choice could still hold
+        return std::max(detail::longest_fitting(o, o.max_tokens_per_rank, mb.free_ranks()),
+                        -group_reach.top()->first);
+      };
+      reach_of(0);
+      std::int64_t limit = reach();
+      for (std::size_t k = rest.next(front + 1, limit); k != rest.npos;
+           k = rest.next(k + 1, limit)) {
+        const std::int32_t sample = rest.sample(k);
         const auto s = static_cast<std::size_t>(sample);
-        const double current_max = mb.max_load();
         const std::int32_t min_cp = pr.min_cp_of[s];
         // The least projected maximum over every existing group of a legal size with token
         // room and every new group on free ranks; ties go to the smaller CP size, then to an
@@ -87,12 +106,22 @@ struct megatron_greedy_with {
           return g < best_group;
         };
         const auto& groups = mb.groups();
+        // the sample's tokens and cost per group size, looked up once per run of equal sizes
+        std::int32_t seen_cp = -1;
+        std::int64_t room_needed = 0;
+        double cost = 0;
         for (std::size_t g = 0; g < groups.size(); ++g) {
           const std::int32_t cp = groups[g].cp;
-          if (cp < min_cp || groups[g].tokens + pr.rank_tokens(s, cp) > o.max_tokens_per_rank)
+          if (cp < min_cp)
             continue; // closed groups have cp 0
-          const double projected =
-              std::max(current_max, groups[g].load + sample_cost(pr, estimator, s, cp));
+          if (cp != seen_cp) {
+            seen_cp = cp;
+            room_needed = o.max_tokens_per_rank - pr.rank_tokens(s, cp);
+            cost = sample_cost(pr, estimator, s, cp);
+          }
+          if (groups[g].tokens > room_needed)
+            continue;
+          const double projected = std::max(current_max, groups[g].load + cost);
           if (better(projected, cp, false, static_cast<std::int32_t>(g)))
             best = projected, best_group = static_cast<std::int32_t>(g), best_new = false,
             best_cp = cp;
@@ -120,17 +149,18 @@ struct megatron_greedy_with {
               break;
           }
         }
-        if (best_group < 0 && !best_new) {
-          leftovers.push_back(sample);
-          continue;
-        }
+        if (best_group < 0 && !best_new)
+          continue; // waits for a later micro-batch
         const std::int32_t g =
             best_group >= 0 ? best_group : mb.open(mb.free_block(o, best_cp).value(), best_cp);
         mb.add(g, sample, pr.rank_tokens(s, best_cp), sample_cost(pr, estimator, s, best_cp));
+        rest.remove(k);
+        current_max = std::max(current_max, mb.groups()[static_cast<std::size_t>(g)].load);
+        reach_of(static_cast<std::size_t>(g));
+        limit = reach();
       }
       mb.grow_into_idle_ranks(pr, estimator);
       mbs.push_back(std::move(mb));
-      remaining.swap(leftovers);
     }
     detail::split_to_multiple(mbs, o.microbatch_multiple, pr, estimator, /*grow=*/true);
     return detail::to_plan(pr, name, mbs);
