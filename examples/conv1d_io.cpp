@@ -154,6 +154,16 @@ int main(int argc, char** argv) {
       ->check(dcpp_cli::path());
   CLI11_PARSE(app, argc, argv);
   return dcpp::guarded_main("conv1d_io: ", [&]() -> int {
+    std::vector<std::string> outputs{out_dir + "/y.npy"};
+    if (!dy_path.empty())
+      for (const char* name : {"/dx.npy", "/dw.npy", "/db.npy"})
+        outputs.push_back(out_dir + name);
+    dcpp::refuse_outputs_over_inputs("--out-dir", outputs,
+                                     {{"--x", x_path},
+                                      {"--w", w_path},
+                                      {"--b", b_path},
+                                      {"--cu-seqlens", cu_path},
+                                      {"--dy", dy_path}});
     const auto xa = dcpp::read_npy(x_path), wa = dcpp::read_npy(w_path),
                cu = dcpp::read_npy(cu_path);
     dcpp::npy_array ba, dya;

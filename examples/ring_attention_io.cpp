@@ -152,6 +152,16 @@ int main(int argc, char** argv) {
       ->check(dcpp_cli::path());
   CLI11_PARSE(app, argc, argv);
   return dcpp::guarded_main("ring_attention_io: ", [&]() -> int {
+    std::vector<std::string> outputs{out_dir + "/o.npy", out_dir + "/lse.npy"};
+    if (!dout_path.empty())
+      for (const char* name : {"/dq.npy", "/dk.npy", "/dv.npy"})
+        outputs.push_back(out_dir + name);
+    dcpp::refuse_outputs_over_inputs("--out-dir", outputs,
+                                     {{"--q", q_path},
+                                      {"--k", k_path},
+                                      {"--v", v_path},
+                                      {"--cu-seqlens", cu_path},
+                                      {"--dout", dout_path}});
     const auto qa = dcpp::read_npy(q_path), ka = dcpp::read_npy(k_path),
                va = dcpp::read_npy(v_path), cu = dcpp::read_npy(cu_path);
     dcpp::npy_array da;

@@ -2,6 +2,7 @@
 // shape padding, its .npy outputs compared with the fp64 reference of each sequence.
 #include "../support.hpp"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -170,6 +171,56 @@ TEST_CASE("conv1d_io: zero-length sequences, mixed dtypes and failed writes (iss
   CHECK(rc != 0);
   CHECK(dcpp::read_file(p("err.txt"), "err").find("--b: '' is an empty path") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir / "d"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("conv1d_io: endless inputs end at their first bytes; outputs never replace inputs") {
+  const auto dir = std::filesystem::temp_directory_path() / "dcpp_conv1d_io_endless";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto p = [&](const char* name) { return (dir / name).string(); };
+  dcpp::write_npy(p("w.npy"), "<f4", {2, 3}, std::vector<float>(6, 0.5f));
+  dcpp::write_npy(p("cu.npy"), "<i4", {3}, std::vector<std::int32_t>{0, 2, 6});
+  dcpp::write_npy(p("y.npy"), "<f4", {6, 2}, std::vector<float>(12, 1.0f)); // x, named y.npy
+  const std::string x = dcpp::read_file(p("y.npy"), "x");
+  const auto run = [&](const std::string& args) {
+    const int rc =
+        std::system(fmt::format("{} {} > /dev/null 2> {}", program(), args, p("err.txt")).c_str());
+    return std::pair{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, dcpp::read_file(p("err.txt"), "err")};
+  };
+  // /dev/zero and an endless pipe were read for gigabytes before the magic was looked at
+  auto [rc, err] = run(fmt::format("--x /dev/zero --w {} --cu-seqlens {} --out-dir {}", p("w.npy"),
+                                   p("cu.npy"), p("out")));
+  CHECK(rc == 1);
+  CHECK(err == "conv1d_io: /dev/zero: not a .npy file (bad magic)\n");
+  REQUIRE(::mkfifo(p("endless.npy").c_str(), 0600) == 0);
+  const int yes = std::system(fmt::format("timeout 60 yes > {} &", p("endless.npy")).c_str());
+  REQUIRE(yes == 0);
+  std::tie(rc, err) = run(fmt::format("--x {} --w {} --cu-seqlens {} --out-dir {}",
+                                      p("endless.npy"), p("w.npy"), p("cu.npy"), p("out")));
+  CHECK(rc == 1);
+  CHECK(err.find("not a .npy file (bad magic)") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "out"));
+  // --out-dir holding the inputs: y.npy is --x, by another spelling of the same path
+  std::tie(rc, err) = run(fmt::format("--x {} --w {} --cu-seqlens {} --out-dir {}/.", p("y.npy"),
+                                      p("w.npy"), p("cu.npy"), dir.string()));
+  CHECK(rc == 1);
+  CHECK(err == fmt::format("conv1d_io: --out-dir: the output '{}/./y.npy' is the input --x '{}': "
+                           "writing it would replace the input\n",
+                           dir.string(), p("y.npy")));
+  CHECK(dcpp::read_file(p("y.npy"), "x") == x);
+  // dw.npy of the backward is the input --w
+  dcpp::write_npy(p("x.npy"), "<f4", {6, 2}, std::vector<float>(12, 1.0f));
+  std::tie(rc, err) = run(fmt::format("--x {} --w {}/dw.npy --dy {} --cu-seqlens {} --out-dir {}",
+                                      p("x.npy"), dir.string(), p("x.npy"), p("cu.npy"), p("o2")));
+  CHECK(rc == 1); // dw.npy does not exist: a named read error, not a replaced input
+  std::filesystem::copy_file(p("w.npy"), p("dw.npy"));
+  std::tie(rc, err) =
+      run(fmt::format("--x {} --w {} --dy {} --cu-seqlens {} --out-dir {}", p("x.npy"), p("dw.npy"),
+                      p("x.npy"), p("cu.npy"), dir.string()));
+  CHECK(rc == 1);
+  CHECK(err.find("the output '" + dir.string() + "/dw.npy' is the input --w") != std::string::npos);
+  CHECK(dcpp::read_file(p("dw.npy"), "w") == dcpp::read_file(p("w.npy"), "w"));
   std::filesystem::remove_all(dir);
 }
 

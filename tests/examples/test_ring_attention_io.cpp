@@ -120,6 +120,21 @@ TEST_CASE("ring_attention_io: bad input is a one-line error") {
   CHECK(rc != 0);
   CHECK(err ==
         "ring_attention_io: --cu-seqlens ends at 9; must end at the 10 tokens of the input\n");
+  // an output that is an input: o.npy as --v, in the directory named another way
+  std::filesystem::copy_file(p("k.npy"), p("o.npy"),
+                             std::filesystem::copy_options::overwrite_existing);
+  std::tie(rc, err) =
+      run_args(fmt::format("--q {0} --k {0} --v {1} --cu-seqlens {2} --out-dir {3}/.", p("k.npy"),
+                           p("o.npy"), p("cu.npy"), dir.string()));
+  CHECK(rc == 1);
+  CHECK(err == fmt::format("ring_attention_io: --out-dir: the output '{}/./o.npy' is the input --v "
+                           "'{}': writing it would replace the input\n",
+                           dir.string(), p("o.npy")));
+  CHECK(dcpp::read_file(p("o.npy"), "o") == dcpp::read_file(p("k.npy"), "k"));
+  CHECK(run_args(fmt::format("--q /dev/zero --k {0} --v {0} --cu-seqlens {1}", p("k.npy"),
+                             p("cu.npy"))) ==
+        std::pair<int, std::string>{1,
+                                    "ring_attention_io: /dev/zero: not a .npy file (bad magic)\n"});
   // int64 offsets are accepted (one cu_seqlens rule for both tools)
   std::tie(rc, err) = run_args(fmt::format("--q {0} --k {0} --v {0} --cu-seqlens {1} --out-dir {2}",
                                            p("k.npy"), p("cu64.npy"), p("out64")));

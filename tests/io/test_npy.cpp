@@ -2,13 +2,17 @@
 // allocated, the cu_seqlens and dtype rules of the npy tools) and include/dcpp/io/file_input.hpp.
 #include "../support.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -85,8 +89,9 @@ TEST_CASE("npy: hostile headers are refused, naming the file and the problem, be
         "a.npy: format version 4.0 is not 1.0, 2.0 or 3.0");
   // a version-2 header claiming 4 GB in a small file
   std::string huge("\x93NUMPY\x02\x00\xff\xff\xff\xff{}", 14);
-  CHECK(error_of(huge) ==
-        "a.npy: header length 4294967295 runs past the end of the file (14 bytes)");
+  CHECK(error_of(huge) == "a.npy: header length 4294967295 is past the limit of 1048576 bytes");
+  huge[10] = huge[11] = '\0'; // 65,535 bytes: within the limit, past the file
+  CHECK(error_of(huge) == "a.npy: header length 65535 runs past the end of the file (14 bytes)");
   // a declared shape far larger than the file: refused, not allocated
   CHECK(error_of(npy_with(dict("<f4", "(1000000000000,)"), 16)) ==
         "a.npy: holds 16 bytes of data; its shape [1000000000000] of dtype <f4 needs "
@@ -180,6 +185,78 @@ TEST_CASE("npy: float inputs share one dtype; integer arrays are not float input
                        dcpp::error);
   CHECK_THROWS_WITH_AS(dcpp::common_float_dtype({{"--x", &i4}}),
                        "--x has dtype <i4; expected a float dtype (<f2, <f4 or <f8)", dcpp::error);
+}
+
+TEST_CASE("npy: read_npy reads the header first and no further than the data it declares") {
+  const auto dir = std::filesystem::temp_directory_path() / "dcpp_npy_stream_test";
+  std::filesystem::create_directories(dir);
+  const std::string file = (dir / "a.npy").string();
+  const auto read_error = [&](const std::string& path) {
+    try {
+      (void)dcpp::read_npy(path);
+    } catch (const dcpp::error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // from a file, every case says what parse_npy says of the same bytes, with the file's name
+  const std::string good = dcpp::npy_bytes("<f4", {3, 2}, std::vector<float>(6, 1.0f));
+  std::vector<std::string> cases = {
+      std::string("\x93NUMPY\x02\x00\xff\xff\x0f\x00{}", 14),
+      npy_with(dict("<f4", "(1000000000000,)"), 16),
+      npy_with(dict("<f4", "(3,)"), 16),
+      npy_with(dict("<f4", "(3,)"), 8),
+      npy_with(dict("<c8", "(1,)"), 8),
+      npy_with(dict("<f4", "(1,)"), 4, 4),
+      good,
+      npy_with(dict("<f4", "(3,)"), 12, 2),
+      npy_with(dict("<f4", "(0,)"), 0),
+      npy_with(dict("<f4", "(0,)"), 1),
+  };
+  for (std::size_t n = 0; n < good.size(); ++n)
+    cases.push_back(good.substr(0, n));
+  for (const auto& bytes : cases) {
+    dcpp::write_file_atomically(file, bytes, "test");
+    std::string expected = "no error";
+    try {
+      (void)dcpp::parse_npy(bytes, file);
+    } catch (const dcpp::error& e) {
+      expected = e.what();
+    }
+    CHECK(read_error(file) == expected);
+  }
+  dcpp::write_file_atomically(file, good, "test");
+  CHECK(dcpp::read_npy(file).data == dcpp::parse_npy(good, "x").data);
+  // a header past the limit is refused before it is read
+  std::string big("\x93NUMPY\x02\x00\x01\x00\x10\x00{}", 14);
+  CHECK(error_of(big) == "a.npy: header length 1048577 is past the limit of 1048576 bytes");
+  // data larger than the limit is refused before it is read
+  CHECK_THROWS_WITH_AS((void)dcpp::read_npy(file, 8),
+                       fmt::format("npy input: '{}': its shape [3, 2] of dtype <f4 needs 24 bytes; "
+                                   "the limit is 8",
+                                   file)
+                           .c_str(),
+                       dcpp::error);
+  // an endless device stops at its first bytes
+  CHECK(read_error("/dev/zero") == "/dev/zero: not a .npy file (bad magic)");
+  // a pipe: a valid array, then one with bytes past its data, then one that ends early
+  const std::string fifo = (dir / "pipe.npy").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const auto& [bytes, expected] : std::vector<std::pair<std::string, std::string>>{
+           {good, "no error"},
+           {good + std::string(1000, 'x'),
+            fifo + ": holds more than 24 bytes of data; its shape [3, 2] of dtype <f4 needs 24"},
+           {good.substr(0, good.size() - 3),
+            fifo + ": holds 21 bytes of data; its shape [3, 2] of dtype <f4 needs 24"}}) {
+    // fewer bytes than a pipe holds: the writer never waits for the reader to drain it
+    std::thread writer([&, bytes = bytes] {
+      std::ofstream out(fifo, std::ios::binary);
+      out << bytes;
+    });
+    CHECK(read_error(fifo) == expected);
+    writer.join();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("file_input: a directory, a missing file and a too-large file are named errors") {

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -40,6 +41,21 @@ inline bool same_file(const std::string& a, const std::string& b) {
     return std::filesystem::path(a).lexically_normal() ==
            std::filesystem::path(b).lexically_normal();
   return ca == cb;
+}
+
+//! Refuses a run whose output would replace one of its inputs: throws dcpp::error naming `what`,
+//! the output, the input's flag and its path when one of `outputs` is one of `inputs` (pairs of
+//! flag and path; empty paths are absent inputs) by `same_file`.
+inline void
+refuse_outputs_over_inputs(std::string_view what, const std::vector<std::string>& outputs,
+                           const std::vector<std::pair<std::string, std::string>>& inputs) {
+  for (const auto& out : outputs)
+    for (const auto& [flag, in] : inputs)
+      if (!in.empty() && same_file(out, in))
+        throw error(status_code::io_error,
+                    fmt::format("{}: the output '{}' is the input {} '{}': writing it would "
+                                "replace the input",
+                                what, out, flag, in));
 }
 
 //! One output staged in a temporary file beside `target` (same directory, so the rename is

@@ -2,6 +2,12 @@
 // programs: read into bytes + dtype + shape, convert to the element type a kernel takes, write.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdint>
 #include <cstring>
@@ -233,39 +239,55 @@ private:
 
 } // namespace detail
 
-//! Parses a whole .npy file held in `bytes` (format 1.0, 2.0 or 3.0). The header is checked
-//! before anything is allocated: the magic, the version, the header length against the bytes
-//! there are, every key, the dtype (one of `npy_dtypes`; big-endian and Fortran order refused),
-//! every dimension (non-negative integers whose product in bytes fits 64 bits), and the data
-//! size, which must equal what the shape needs. Errors name `source` and what is wrong.
-inline npy_array parse_npy(std::string_view bytes, std::string_view source) {
+//! The most header bytes a .npy file may declare: NumPy pads its headers to 64 bytes and writes a
+//! few hundred; a larger one is not a real array's description.
+inline constexpr std::uint64_t npy_header_limit = std::uint64_t{1} << 20;
+
+namespace detail {
+//! Where a .npy header ends, from the file's first bytes (`start`, at least 12 of them unless
+//! the file is shorter): the magic, the version and the header length are checked, and the
+//! header length against `npy_header_limit`.
+struct npy_prefix {
+  unsigned major = 0;
+  std::size_t prefix = 0;          // magic, version and the header length's bytes
+  std::uint64_t header_length = 0; // the dict literal's bytes after them
+};
+inline npy_prefix npy_read_prefix(std::string_view start, std::string_view source) {
   const auto fail = [&](const std::string& what) {
     return error(status_code::parse_error, fmt::format("{}: {}", source, what));
   };
-  if (bytes.size() < 10 || bytes.substr(0, 6) != std::string_view("\x93NUMPY", 6))
+  if (start.size() < 10 || start.substr(0, 6) != std::string_view("\x93NUMPY", 6))
     throw fail("not a .npy file (bad magic)");
-  const auto major = static_cast<unsigned char>(bytes[6]),
-             minor = static_cast<unsigned char>(bytes[7]);
-  if (major < 1 || major > 3)
-    throw fail(fmt::format("format version {}.{} is not 1.0, 2.0 or 3.0", major, minor));
-  const std::size_t length_bytes = major == 1 ? 2 : 4;
-  if (bytes.size() < 8 + length_bytes)
+  npy_prefix p;
+  p.major = static_cast<unsigned char>(start[6]);
+  const auto minor = static_cast<unsigned char>(start[7]);
+  if (p.major < 1 || p.major > 3)
+    throw fail(fmt::format("format version {}.{} is not 1.0, 2.0 or 3.0", p.major, minor));
+  const std::size_t length_bytes = p.major == 1 ? 2 : 4;
+  if (start.size() < 8 + length_bytes)
     throw fail("truncated header");
-  std::uint64_t header_length = 0;
   for (std::size_t i = 0; i < length_bytes; ++i)
-    header_length |= std::uint64_t{static_cast<unsigned char>(bytes[8 + i])} << (8 * i);
-  const std::size_t prefix = 8 + length_bytes;
-  if (header_length > bytes.size() - prefix)
-    throw fail(fmt::format("header length {} runs past the end of the file ({} bytes)",
-                           header_length, bytes.size()));
-  const std::string_view header = bytes.substr(prefix, header_length);
+    p.header_length |= std::uint64_t{static_cast<unsigned char>(start[8 + i])} << (8 * i);
+  p.prefix = 8 + length_bytes;
+  if (p.header_length > npy_header_limit)
+    throw fail(fmt::format("header length {} is past the limit of {} bytes", p.header_length,
+                           npy_header_limit));
+  return p;
+}
+
+//! The array `header` (the dict literal) describes, without its data, and the data's bytes.
+inline std::pair<npy_array, std::uint64_t> npy_read_header(std::string_view header, unsigned major,
+                                                           std::string_view source) {
+  const auto fail = [&](const std::string& what) {
+    return error(status_code::parse_error, fmt::format("{}: {}", source, what));
+  };
   if (major < 3)
     for (const char c : header)
       if (static_cast<unsigned char>(c) >= 0x80)
         throw fail("header is not ASCII (format 1.0 and 2.0 headers are)");
   npy_array a;
   bool fortran = false;
-  detail::npy_header_parser(header, source).parse(a, fortran);
+  npy_header_parser(header, source).parse(a, fortran);
   if (!a.descr.empty() && (a.descr[0] == '=' || a.descr[0] == '|'))
     a.descr[0] = '<';
   if (a.descr.size() == 3 && a.descr[0] == '>')
@@ -280,19 +302,127 @@ inline npy_array parse_npy(std::string_view bytes, std::string_view source) {
         need > (std::uint64_t{1} << 62))
       throw fail(
           fmt::format("shape {} of dtype {} needs more than 2^62 bytes", a.shape_text(), a.descr));
-  const std::uint64_t have = bytes.size() - prefix - header_length;
+  return {std::move(a), need};
+}
+
+inline error npy_size_mismatch(std::string_view source, const npy_array& a, std::uint64_t need,
+                               std::string_view have) {
+  return error(status_code::parse_error,
+               fmt::format("{}: holds {} bytes of data; its shape {} of dtype {} needs {}", source,
+                           have, a.shape_text(), a.descr, need));
+}
+} // namespace detail
+
+//! Parses a whole .npy file held in `bytes` (format 1.0, 2.0 or 3.0). The header is checked
+//! before anything is allocated: the magic, the version, the header length against the bytes
+//! there are (and `npy_header_limit`), every key, the dtype (one of `npy_dtypes`; big-endian and
+//! Fortran order refused), every dimension (non-negative integers whose product in bytes fits 64
+//! bits), and the data size, which must equal what the shape needs. Errors name `source` and
+//! what is wrong.
+inline npy_array parse_npy(std::string_view bytes, std::string_view source) {
+  const detail::npy_prefix p = detail::npy_read_prefix(bytes, source);
+  if (p.header_length > bytes.size() - p.prefix)
+    throw error(status_code::parse_error,
+                fmt::format("{}: header length {} runs past the end of the file ({} bytes)", source,
+                            p.header_length, bytes.size()));
+  auto [a, need] =
+      detail::npy_read_header(bytes.substr(p.prefix, p.header_length), p.major, source);
+  const std::uint64_t have = bytes.size() - p.prefix - p.header_length;
   if (have != need)
-    throw fail(fmt::format("holds {} bytes of data; its shape {} of dtype {} needs {}", have,
-                           a.shape_text(), a.descr, need));
-  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data() + prefix + header_length);
+    throw detail::npy_size_mismatch(source, a, need, std::to_string(have));
+  const auto* data =
+      reinterpret_cast<const unsigned char*>(bytes.data() + p.prefix + p.header_length);
   a.data.assign(data, data + need);
   return a;
 }
 
-//! Reads and parses `path` (see parse_npy); errors name the file and what is wrong with it. A
-//! directory, a missing or unreadable file are errors too.
-inline npy_array read_npy(const std::string& path) {
-  return parse_npy(read_file(path, "npy input"), path);
+//! Reads and parses `path` as parse_npy does, header first: the magic, the version and the
+//! header are read and checked before the data, whose size the header gives, is read; a regular
+//! file's size must match before its data is read, and any other input (a pipe, a device) is
+//! read no further than that size and one byte more. So `/dev/zero` or an endless pipe is
+//! refused at its first bytes, and data past `limit` bytes is refused before it is read. Errors
+//! name the file and what is wrong with it; a directory, a missing or unreadable file are errors
+//! too.
+inline npy_array read_npy(const std::string& path, std::int64_t limit = input_limit) {
+  constexpr std::string_view what = "npy input";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw error(status_code::io_error,
+                fmt::format("{}: cannot open '{}': {}", what, path, std::strerror(errno)));
+  struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } guard{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode))
+    throw error(status_code::io_error,
+                fmt::format("{}: cannot read '{}': {}", what, path,
+                            std::strerror(S_ISDIR(st.st_mode) ? EISDIR : errno)));
+  // reads up to `n` bytes into `out` from where the file stands; fewer only at its end
+  const auto read_up_to = [&](unsigned char* out, std::uint64_t n) {
+    std::uint64_t got = 0;
+    while (got < n) {
+      const ::ssize_t r = ::read(
+          fd, out + got,
+          static_cast<std::size_t>(std::min<std::uint64_t>(n - got, std::uint64_t{1} << 30)));
+      if (r < 0 && errno == EINTR)
+        continue;
+      if (r < 0)
+        throw error(status_code::io_error,
+                    fmt::format("{}: cannot read '{}': {}", what, path, std::strerror(errno)));
+      if (r == 0)
+        break;
+      got += static_cast<std::uint64_t>(r);
+    }
+    return got;
+  };
+  std::string start(12, '\0');
+  start.resize(read_up_to(reinterpret_cast<unsigned char*>(start.data()), start.size()));
+  const detail::npy_prefix p = detail::npy_read_prefix(start, path);
+  // the header's bytes: those read with the prefix, then the rest
+  std::string header = start.substr(p.prefix);
+  const std::size_t before = header.size();
+  if (p.header_length > before) {
+    header.resize(static_cast<std::size_t>(p.header_length));
+    const std::uint64_t got = read_up_to(reinterpret_cast<unsigned char*>(header.data()) + before,
+                                         p.header_length - before);
+    if (got < p.header_length - before)
+      throw error(status_code::parse_error,
+                  fmt::format("{}: header length {} runs past the end of the file ({} bytes)", path,
+                              p.header_length, p.prefix + before + got));
+  }
+  // start held 12 bytes: at most 2 past a version 1.0 prefix, none past a later one
+  const std::string data_start =
+      header.substr(std::min<std::size_t>(header.size(), p.header_length));
+  header.resize(std::min<std::size_t>(header.size(), p.header_length));
+  auto [a, need] = detail::npy_read_header(header, p.major, path);
+  if (S_ISREG(st.st_mode)) {
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    const std::uint64_t have = size - std::min<std::uint64_t>(size, p.prefix + p.header_length);
+    if (have != need)
+      throw detail::npy_size_mismatch(path, a, need, std::to_string(have));
+  }
+  if (need > static_cast<std::uint64_t>(limit))
+    throw error(status_code::io_error,
+                fmt::format("{}: '{}': its shape {} of dtype {} needs {} bytes; the limit is {}",
+                            what, path, a.shape_text(), a.descr, need, limit));
+  if (data_start.size() > need)
+    throw detail::npy_size_mismatch(path, a, need, fmt::format("more than {}", need));
+  // in chunks: an input that is not a regular file has not shown its size, and a header that
+  // promises more than it holds must not reserve memory for it
+  a.data.assign(data_start.begin(), data_start.end());
+  while (a.data.size() < need) {
+    const std::size_t old = a.data.size();
+    const auto chunk = static_cast<std::size_t>(std::min<std::uint64_t>(need - old, 1u << 24));
+    a.data.resize(old + chunk);
+    const std::uint64_t got = read_up_to(a.data.data() + old, chunk);
+    if (got < chunk)
+      throw detail::npy_size_mismatch(path, a, need, std::to_string(old + got));
+  }
+  unsigned char extra = 0;
+  if (read_up_to(&extra, 1) != 0)
+    throw detail::npy_size_mismatch(path, a, need, fmt::format("more than {}", need));
+  return a;
 }
 
 //! The bytes of a .npy file (format 1.0) of `values` with dtype `descr` ('<f4', '<f2', '<i4')
