@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <span>
 #include <string>
@@ -468,33 +469,37 @@ struct full_outputs {
   std::vector<double> o, lse, dq, dk, dv;
 };
 
-template <class Policy = dcpp::host_attention>
-full_outputs run_full(int cp, const batch<float>& b) {
+template <class Policy = dcpp::host_attention, class T = float>
+full_outputs run_full(int cp, const batch<T>& b) {
   const int H = b.heads, Hk = b.kv_heads, D = b.dim, Dv = b.vdim;
   const auto n = static_cast<std::size_t>(b.tokens());
-  std::vector<float> o(n * H * Dv), lse(n * H), dq(n * H * D), dk(n * Hk * D), dv(n * Hk * Dv);
+  std::vector<T> o(n * H * Dv), dq(n * H * D), dk(n * Hk * D), dv(n * Hk * Dv);
+  std::vector<float> lse(n * H);
   dcpp::run_local(cp, [&](dcpp::local_communicator& comm) {
     const auto part = dcpp::ring_partition::padded(b.cu, cp, comm.rank());
     const auto m = static_cast<std::size_t>(part.tokens());
-    std::vector<float> q(m * H * D), k(m * Hk * D), v(m * Hk * Dv), dout(m * H * Dv);
-    dcpp::partition_gather_on_host<float>(part, b.q, q, H * D);
-    dcpp::partition_gather_on_host<float>(part, b.k, k, Hk * D);
-    dcpp::partition_gather_on_host<float>(part, b.v, v, Hk * Dv);
-    dcpp::partition_gather_on_host<float>(part, b.dout, dout, H * Dv);
-    std::vector<float> lo(m * H * Dv), llse(m * H), ldq(m * H * D), ldk(m * Hk * D),
-        ldv(m * Hk * Dv);
-    dcpp::ring_attention_forward<dcpp::local_communicator, float>(comm, part, b.shape(), q, k, v,
-                                                                  lo, llse, Policy{});
-    dcpp::ring_attention_backward<dcpp::local_communicator, float>(
-        comm, part, b.shape(), q, k, v, lo, llse, dout, ldq, ldk, ldv, Policy{});
-    dcpp::partition_scatter_on_host<float>(part, lo, o, H * Dv);
+    std::vector<T> q(m * H * D), k(m * Hk * D), v(m * Hk * Dv), dout(m * H * Dv);
+    dcpp::partition_gather_on_host<T>(part, b.q, q, H * D);
+    dcpp::partition_gather_on_host<T>(part, b.k, k, Hk * D);
+    dcpp::partition_gather_on_host<T>(part, b.v, v, Hk * Dv);
+    dcpp::partition_gather_on_host<T>(part, b.dout, dout, H * Dv);
+    std::vector<T> lo(m * H * Dv), ldq(m * H * D), ldk(m * Hk * D), ldv(m * Hk * Dv);
+    std::vector<float> llse(m * H);
+    dcpp::ring_attention_forward<dcpp::local_communicator, T>(comm, part, b.shape(), q, k, v, lo,
+                                                              llse, Policy{});
+    dcpp::ring_attention_backward<dcpp::local_communicator, T>(comm, part, b.shape(), q, k, v, lo,
+                                                               llse, dout, ldq, ldk, ldv, Policy{});
+    dcpp::partition_scatter_on_host<T>(part, lo, o, H * Dv);
     dcpp::partition_scatter_on_host<float>(part, llse, lse, H);
-    dcpp::partition_scatter_on_host<float>(part, ldq, dq, H * D);
-    dcpp::partition_scatter_on_host<float>(part, ldk, dk, Hk * D);
-    dcpp::partition_scatter_on_host<float>(part, ldv, dv, Hk * Dv);
+    dcpp::partition_scatter_on_host<T>(part, ldq, dq, H * D);
+    dcpp::partition_scatter_on_host<T>(part, ldk, dk, Hk * D);
+    dcpp::partition_scatter_on_host<T>(part, ldv, dv, Hk * Dv);
   });
-  const auto wide = [](const std::vector<float>& x) {
-    return std::vector<double>(x.begin(), x.end());
+  const auto wide = [](const auto& x) {
+    std::vector<double> out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i)
+      out[i] = dcpp::to_float(x[i]);
+    return out;
   };
   return {wide(o), wide(lse), wide(dq), wide(dk), wide(dv)};
 }
@@ -580,29 +585,85 @@ TEST_CASE("ring attention: a NaN in Q or K reaches the rows that see it, at ever
   }
 }
 
-TEST_CASE("ring attention: a NaN in V poisons the O of every row that sees it, never the LSE") {
-  for (const int cp : {1, 2, 4}) {
-    auto b = make_batch<float>(950 + cp, {37, 90, 5}, 2, 1, 64);
-    const std::int64_t row = 37 + 41; // sequence 1, position 41
-    b.v[static_cast<std::size_t>(row * b.vdim + 3)] = std::numeric_limits<float>::quiet_NaN();
-    const auto ref = attend(b);
-    const auto got = run_full(cp, b);
-    INFO(fmt::format("cp {}", cp));
-    // the LSE does not depend on V: exact NaN pattern (none) and values
-    const auto lse = compare_nan(got.lse, ref.lse, b.heads, 37, 127);
-    CHECK(lse.nan == 0);
-    CHECK(lse.extra == 0);
-    CHECK(lse.error <= 1e-5);
-    // every reference NaN is NaN here; rows of the other sequences are untouched and exact (a
-    // row of sequence 1 before the NaN may also turn NaN: zero weights times NaN in the tile's
-    // P V product, as in FlashAttention; docs/kernels.md)
-    for (std::int64_t t = 0; t < b.tokens(); ++t)
-      for (int c = 0; c < b.heads * b.vdim; ++c) {
-        const auto at = static_cast<std::size_t>(t * b.heads * b.vdim + c);
-        if (std::isnan(ref.o[at]))
-          CHECK(std::isnan(got.o[at]));
-        else if (t < 37 || t >= 127)
-          CHECK(std::abs(got.o[at] - ref.o[at]) <= 1e-5);
+TEST_CASE_TEMPLATE("ring attention: an inf or NaN in V reaches exactly the O of the rows that see "
+                   "it, never the LSE",
+                   T, float, dcpp::half, dcpp::bfloat16) {
+  // A masked pair's P is exactly 0 and 0 x NaN = NaN: inside the tile's P V product a NaN or
+  // inf of V at key t reached the rows before t of its tile (it did, as in FlashAttention). The
+  // value sits in the diagonal tile of its sequence at every cp (key 41 of a 90-token sequence,
+  // and key 1 of a 5-token one), in one column of one head.
+  const std::vector<int> cps = quick() ? std::vector<int>{1, 4} : std::vector<int>{1, 2, 3, 4};
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+        -std::numeric_limits<float>::infinity()})
+    for (const auto& [row, first, last] :
+         {std::tuple<std::int64_t, std::int64_t, std::int64_t>{37 + 41, 37, 127},
+          std::tuple<std::int64_t, std::int64_t, std::int64_t>{127 + 1, 127, 132}})
+      for (const int cp : cps) {
+        auto b = make_batch<T>(950 + cp, {37, 90, 5}, 2, 1, 64);
+        b.v[static_cast<std::size_t>(row * b.vdim + 3)] = dcpp::from_float<T>(bad);
+        const auto ref = attend(b);
+        const auto got = run_full(cp, b);
+        INFO(fmt::format("{} in V at row {}, cp {}", bad, row, cp));
+        // the LSE does not depend on V
+        const auto lse = compare_nan(got.lse, ref.lse, b.heads, first, last);
+        CHECK(lse.nan == 0);
+        CHECK(lse.extra == 0);
+        CHECK(lse.error <= 1e-5);
+        double scale = 1e-30;
+        for (const double w : ref.o)
+          if (std::isfinite(w))
+            scale = std::max(scale, std::abs(w));
+        std::int64_t nonfinite = 0, wrong = 0, leaked = 0;
+        for (std::int64_t t = 0; t < b.tokens(); ++t)
+          for (int c = 0; c < b.heads * b.vdim; ++c) {
+            const auto at = static_cast<std::size_t>(t * b.heads * b.vdim + c);
+            if (!std::isfinite(ref.o[at])) {
+              ++nonfinite;
+              wrong += std::isfinite(got.o[at]); // every row that sees it: inf or NaN
+            } else if (!std::isfinite(got.o[at])) {
+              ++leaked; // a row that does not see it
+            } else {
+              wrong += std::abs(got.o[at] - ref.o[at]) / scale > tolerance<T>::o;
+            }
+          }
+        CHECK(nonfinite == 2 * (last - row)); // both heads share the kv head
+        CHECK(wrong == 0);
+        CHECK(leaked == 0);
       }
-  }
+}
+
+TEST_CASE_TEMPLATE("ring attention: a row whose every score overflows fp32 comes out NaN, not 0", T,
+                   float, dcpp::bfloat16) {
+  // Q row `row` is +3e19 and the keys of its sequence -3e19 in every element: each product is
+  // -9e38, past fp32's 3.4e38, so each of the row's scores is -inf. O = 0 with LSE = -inf (the
+  // value of a row that sees no key) was finite and wrong without a word; the row is NaN now.
+  // Every other row, of its sequence and the others, is the reference's.
+  const std::vector<int> cps = quick() ? std::vector<int>{1, 4} : std::vector<int>{1, 2, 3, 4};
+  for (const std::int64_t row : {std::int64_t{37 + 60}, std::int64_t{37}})
+    for (const int cp : cps) {
+      auto b = make_batch<T>(990 + cp, {37, 90, 5}, 2, 1, 64);
+      for (std::int64_t t = 37; t < 127; ++t)
+        for (int d = 0; d < b.dim; ++d)
+          b.k[static_cast<std::size_t>(t * b.dim + d)] = dcpp::from_float<T>(-3e19f);
+      for (int d = 0; d < b.dim; ++d)
+        b.q[static_cast<std::size_t>(row * b.heads * b.dim + d)] = dcpp::from_float<T>(3e19f);
+      const auto ref = attend(b);
+      const auto got = run_full(cp, b);
+      INFO(fmt::format("row {}, cp {}", row, cp));
+      CHECK(std::isnan(got.lse[static_cast<std::size_t>(row * b.heads)]));
+      for (int d = 0; d < b.vdim; ++d)
+        CHECK(std::isnan(got.o[static_cast<std::size_t>(row * b.heads * b.vdim + d)]));
+      // the other head of that row and every other row: finite; the other sequences' rows the
+      // reference's (in this sequence, scores near 1e19 lose digits to fp32 cancellation)
+      for (std::int64_t t = 0; t < b.tokens(); ++t)
+        for (int h = 0; h < b.heads; ++h) {
+          if (t == row && h == 0)
+            continue;
+          const auto at = static_cast<std::size_t>(t * b.heads + h);
+          CHECK(std::isfinite(got.lse[at]));
+          if (t < 37 || t >= 127)
+            CHECK(std::abs(got.lse[at] - ref.lse[at]) <= tolerance<T>::lse);
+        }
+    }
 }

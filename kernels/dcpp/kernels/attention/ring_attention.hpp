@@ -224,6 +224,9 @@ DCPP_HOST_DEVICE constexpr float attention_neg_inf() noexcept {
 DCPP_HOST_DEVICE constexpr float attention_pos_inf() noexcept {
   return __builtin_huge_valf();
 }
+DCPP_HOST_DEVICE constexpr float attention_nan() noexcept {
+  return __builtin_nanf("");
+}
 inline constexpr float attention_log2e = 1.4426950408889634f;
 inline constexpr float attention_ln2 = 0.6931471805599453f;
 
@@ -320,6 +323,16 @@ attention_key_range(ring_step_kind kind, const attention_sequence& q, int q1, in
   hi = kind == ring_step_kind::lower ? q.kr0 : q.key_end();
   if (kind == ring_step_kind::diagonal)
     hi = attention_min(hi, q1);
+}
+
+//! Whether local query row `i` sees at least one key in a step of `kind`: the first real key
+//! (0, or the second half's first when the first half has none) lies in its key range.
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE bool attention_row_sees_key(ring_step_kind kind,
+                                                               const attention_sequence& q, int i) {
+  int lo = 0, hi = 0;
+  attention_key_range(kind, q, i + 1, lo, hi);
+  const int first = q.kr0 > 0 ? 0 : q.kr1 > 0 ? q.chunk : hi;
+  return first >= lo && first < hi;
 }
 
 //! Query rows [lo, hi) that see key rows from k0 (local) on, trimmed to the real queries.
@@ -459,6 +472,69 @@ attention_gemm_abt(Ctx& ctx, simt::mma_accumulator* acc, const T* a, int lda, co
   }
 }
 
+//! `x` (two 16-bit T, as ldmatrix returns them) with each infinity or NaN set to +0; `found`
+//! set when there was one (all exponent bits set: 0x7c00 in half, 0x7f80 in bfloat16).
+template <class T>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE std::uint32_t attention_finite_pair(std::uint32_t x,
+                                                                       bool& found) {
+  constexpr std::uint32_t e = std::is_same_v<T, half> ? 0x7c00u : 0x7f80u;
+  const bool low = (x & e) == e, high = ((x >> 16) & e) == e;
+  found = found || low || high;
+  return x & (low ? 0xffff0000u : 0xffffffffu) & (high ? 0x0000ffffu : 0xffffffffu);
+}
+
+//! After attention_gemm_pb<..., Finite = true> took B's infinities and NaNs as 0: adds
+//! P[i, k] B[k, d] for each such B[k, d] (k < keys) to the rows i of the warp that see key k
+//! (`visible(i, k)`, i the row in the warp's MW * 16, k the key in the tile), and to no other.
+//! Warp-wide and uniform: every lane reads each element of B (a broadcast), the weight comes from
+//! the quad lane holding column k. Taken only when the tile holds such a value, which normal
+//! training never gives, so it is written for exactness, not speed.
+template <int K, int DV, int MW, class T, class Ctx, class Visible>
+DCPP_HOST_DEVICE DCPP_FORCE_INLINE void
+attention_add_nonfinite(Ctx& ctx, simt::mma_accumulator* acc, const simt::mma_accumulator* pfrag,
+                        const T* b, int ldb, int keys, const Visible& visible) {
+  constexpr int KT = K / 8, DT = DV / 8;
+  const unsigned lane = simt::lane_of(ctx);
+  const int g = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
+  DCPP_NO_UNROLL
+  for (int k = 0; k < keys; ++k) {
+    DCPP_NO_UNROLL
+    for (int d = 0; d < DV; ++d) {
+      const float x = to_float(b[k * ldb + d]);
+      if (x - x == 0.0f)
+        continue; // finite: already in the product
+      const bool odd_key = k % 2 != 0, odd_column = d % 2 != 0;
+      const int key_tile = k / 8, column_tile = d / 8;
+      const bool my_column = t == (d % 8) / 2;
+      DCPP_UNROLL
+      for (int mw = 0; mw < MW; ++mw) {
+        DCPP_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          // P[g + 8h, k] lives in lane 4g + (k % 8) / 2, element 2h + k % 2 of fragment k / 8;
+          // selects, not indexing, keep the fragments in registers
+          float mine = 0.0f;
+          DCPP_UNROLL
+          for (int nt = 0; nt < KT; ++nt) {
+            const simt::mma_accumulator& f = pfrag[mw * KT + nt];
+            mine = nt == key_tile ? (odd_key ? f.x[2 * h + 1] : f.x[2 * h]) : mine;
+          }
+          const float w = ctx.shuffle(mine, 4 * g + (k % 8) / 2);
+          // P as the product took it: rounded to T for mma.sync
+          const float add = to_float(from_float<T>(w)) * x;
+          const bool here = my_column && visible(mw * 16 + g + 8 * h, k);
+          DCPP_UNROLL
+          for (int dt = 0; dt < DT; ++dt) {
+            simt::mma_accumulator& c = acc[mw * DT + dt];
+            const bool hit = here && dt == column_tile;
+            c.x[2 * h] = hit && !odd_column ? c.x[2 * h] + add : c.x[2 * h];
+            c.x[2 * h + 1] = hit && odd_column ? c.x[2 * h + 1] + add : c.x[2 * h + 1];
+          }
+        }
+      }
+    }
+  }
+}
+
 //! acc[mw * DT + dt] (16 x 8 each) += P B, where P (MW * 16 x K) is held in registers as K/8
 //! accumulator fragments per 16-row slice (pfrag[mw * K/8 + nt], the S-shaped output of
 //! attention_gemm_abt) and B (K x DT*8) is row-major in shared memory at `b` (stride ldb):
@@ -466,10 +542,14 @@ attention_gemm_abt(Ctx& ctx, simt::mma_accumulator* acc, const T* a, int lda, co
 //! 2kk+1 are exactly the A fragment of the k-slice kk (rows g, g+8; columns 2t, 2t+1 and +8), so
 //! P never leaves registers; B comes by ldmatrix.x4.trans, two n-tiles per load, each feeding MW
 //! mma.sync. fp32: P goes through the warp's 16-row `staging` tile, one slice at a time.
-template <int K, int DT, int MW = 1, class T, class Ctx>
+//! `Finite`: B's infinities and NaNs count as 0, and `*nonfinite` is set on a lane that met one
+//! (a masked tile's P holds exact zeros for pairs that do not see each other, and 0 x NaN inside
+//! the product would reach rows that never see that key; attention_add_nonfinite adds the
+//! values back for the pairs that do).
+template <int K, int DT, int MW = 1, bool Finite = false, class T, class Ctx>
 DCPP_HOST_DEVICE DCPP_FORCE_INLINE void
 attention_gemm_pb(Ctx& ctx, simt::mma_accumulator* acc, const simt::mma_accumulator* pfrag,
-                  const T* b, int ldb, T* staging, int sld) {
+                  const T* b, int ldb, T* staging, int sld, bool* nonfinite = nullptr) {
   static_assert(K % 16 == 0 && DT % 2 == 0);
   constexpr int KT = K / 8;
   const unsigned lane = simt::lane_of(ctx);
@@ -492,8 +572,13 @@ attention_gemm_pb(Ctx& ctx, simt::mma_accumulator* acc, const simt::mma_accumula
           const simt::mma_coord c = simt::mma_c_coord(lane, e);
           float s = acc[mw * DT + dt].x[e];
           DCPP_NO_UNROLL
-          for (int k = 0; k < K; ++k)
-            s += staging[c.row * sld + k] * b[k * ldb + dt * 8 + c.col];
+          for (int k = 0; k < K; ++k) {
+            float bv = b[k * ldb + dt * 8 + c.col];
+            if constexpr (Finite)
+              if (!(bv - bv == 0.0f)) // inf or NaN
+                *nonfinite = true, bv = 0.0f;
+            s += staging[c.row * sld + k] * bv;
+          }
           acc[mw * DT + dt].x[e] = s;
         }
       }
@@ -518,7 +603,12 @@ attention_gemm_pb(Ctx& ctx, simt::mma_accumulator* acc, const simt::mma_accumula
       }
       DCPP_UNROLL
       for (int dp = 0; dp < DT / 2; ++dp) {
-        const auto fb = ctx.template ldmatrix<4, true>(b_row + kk * 16 * ldb + dp * 16);
+        auto fb = ctx.template ldmatrix<4, true>(b_row + kk * 16 * ldb + dp * 16);
+        if constexpr (Finite) {
+          DCPP_UNROLL
+          for (int i = 0; i < 4; ++i)
+            fb.x[i] = attention_finite_pair<T>(fb.x[i], *nonfinite);
+        }
         attention_mma_slices<MW, T>(ctx, af, fb, acc + 2 * dp, DT);
       }
     }
@@ -702,8 +792,31 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
                                                detail::attention_min(BN, k_hi - kn));
       ctx.cp_async_commit();
     }
-    if (warp_active)
-      detail::attention_gemm_pb<BN, DT, MW>(ctx, acc, sc, vs, LDV, warp_staging, cfg::pld);
+    if (warp_active) {
+      if constexpr (Masked) {
+        // V's infinities and NaNs go in only for the pairs that see them: a masked pair's P is 0,
+        // and 0 x NaN in the product would reach rows that never see that key
+        bool nonfinite = false;
+        detail::attention_gemm_pb<BN, DT, MW, true>(ctx, acc, sc, vs, LDV, warp_staging, cfg::pld,
+                                                    &nonfinite);
+        float any = nonfinite ? 1.0f : 0.0f;
+        DCPP_UNROLL
+        for (int mask = 1; mask < 32; mask *= 2)
+          any = detail::attention_max(any, ctx.shuffle_xor(any, mask));
+        if (any != 0.0f) {
+          const detail::attention_block vb = block_facts();
+          const int vrow = vb.row0 - vb.seq.base + static_cast<int>(warp) * WR;
+          detail::attention_add_nonfinite<BN, DV, MW, T>(
+              ctx, acc, sc, vs, LDV, nk, [&](int i, int k) {
+                const int j = kb + k;
+                return j < k_hi && vb.seq.key_real(j) &&
+                       (p.kind != ring_step_kind::diagonal || j <= vrow + i);
+              });
+        }
+      } else {
+        detail::attention_gemm_pb<BN, DT, MW>(ctx, acc, sc, vs, LDV, warp_staging, cfg::pld);
+      }
+    }
   };
   // The leading tiles before the first boundary (the diagonal at the block's first row, the
   // padding gap after the first half's real keys, the end of the keys) need no mask.
@@ -741,11 +854,18 @@ DCPP_HOST_DEVICE void attention_forward_body(Ctx& ctx, const attention_params<T>
     if (row >= eb.row1)
       continue;
     // a NaN sum (a NaN score) is live: its O and LSE come out NaN, not 0 and -inf
-    const bool live = !(l[r] <= 0.0f) && eb.seq.query_real(i);
+    bool live = !(l[r] <= 0.0f) && eb.seq.query_real(i);
+    float sum = l[r];
+    if (!live && eb.seq.query_real(i) && detail::attention_row_sees_key(p.kind, eb.seq, i)) {
+      // the row sees keys, yet every score was -inf: fp32 overflowed (or Q or K held an
+      // infinity), and O = 0 with LSE -inf would be finite and wrong without a word
+      live = true;
+      sum = detail::attention_nan();
+    }
     float* o = p.o + row * o_stride + h * DV + 2 * static_cast<int>(lane % 4);
-    const float part_lse = live ? m[r] * detail::attention_ln2 + detail::attention_log(l[r])
+    const float part_lse = live ? m[r] * detail::attention_ln2 + detail::attention_log(sum)
                                 : detail::attention_neg_inf();
-    float w_old = 0.0f, w_new = live ? 1.0f / l[r] : 0.0f, out_lse = part_lse; // O = acc / l
+    float w_old = 0.0f, w_new = live ? 1.0f / sum : 0.0f, out_lse = part_lse; // O = acc / l
     if (p.merge) {
       const float mx = detail::attention_max(old_lse, part_lse);
       if (mx == detail::attention_neg_inf()) { // neither part sees a key: O stays 0
