@@ -9,12 +9,27 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
+#include <system_error>
+#include <type_traits>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 namespace dcpp_cli {
+
+namespace detail {
+//! The integer type an option's variable holds (itself, or an optional's value).
+template <class V>
+struct integer_of {
+  using type = V;
+};
+template <class V>
+struct integer_of<std::optional<V>> {
+  using type = V;
+};
+} // namespace detail
 
 namespace detail {
 //! A finite number with `ok(value)`; else "'TEXT' is not a finite number WHAT".
@@ -58,16 +73,29 @@ inline CLI::Validator finite_in(double low, double high) {
 
 //! A decimal integer, as every number dcpp reads is: leading zeros are dropped before CLI11
 //! converts the text (which reads `016` as octal 14 and `0x10` as 16), anything but an optional
-//! sign and digits is refused. Add it before an option's range check, which converts too.
-inline CLI::Validator decimal() {
+//! sign and digits is refused, and so is a value outside the option's type T (named with its
+//! range, where CLI11 said "Could not convert"). Pass the option's variable to take its type:
+//! `->transform(dcpp_cli::decimal(world_size))`. Add it before an option's range check, which
+//! converts too.
+template <class V = std::int64_t>
+inline CLI::Validator decimal(const V& /*variable*/ = V{}) {
+  using T = typename detail::integer_of<V>::type;
+  static_assert(std::is_integral_v<T>);
   return CLI::Validator(
       [](std::string& text) -> std::string {
         const std::size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
         if (text.size() == sign || text.find_first_not_of("0123456789", sign) != std::string::npos)
           return fmt::format("'{}' is not a decimal integer", text);
         const std::size_t first = text.find_first_not_of('0', sign);
-        text = text.substr(0, sign) +
-               (first == std::string::npos ? std::string("0") : text.substr(first));
+        const std::string digits =
+            first == std::string::npos ? std::string("0") : text.substr(first);
+        const std::string normal = (sign == 1 && text[0] == '-' ? "-" : "") + digits;
+        T value{};
+        const auto [at, ec] = std::from_chars(normal.data(), normal.data() + normal.size(), value);
+        if (ec != std::errc() || at != normal.data() + normal.size())
+          return fmt::format("{} is out of range: the limit is {} to {}", text,
+                             std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+        text = normal;
         return {};
       },
       ""); // no word in --help: the option's type already says INT

@@ -144,10 +144,10 @@ int main(int argc, char** argv) {
   app.add_option("--dy", dy_path, "dy [tokens, channels]: also run the backward")
       ->check(dcpp_cli::path());
   app.add_option("--cp", in.cp, "ranks each sequence is split over (zigzag)")
-      ->transform(dcpp_cli::decimal())
+      ->transform(dcpp_cli::decimal(in.cp))
       ->check(CLI::Range(1, 64));
   app.add_option("--align", in.align, "pad each rank's token rows to a multiple of this")
-      ->transform(dcpp_cli::decimal())
+      ->transform(dcpp_cli::decimal(in.align))
       ->check(CLI::Range(1, 1 << 20));
   app.add_flag("--silu", in.silu, "apply SiLU");
   app.add_option("--out-dir", out_dir, "where y.npy (dx.npy, dw.npy, db.npy) go")

@@ -105,19 +105,19 @@ int main(int argc, char** argv) {
       ->required()
       ->check(dcpp_cli::path());
   app.add_option("--world-size", world_size, "ranks N (default: the input's total_gpus, else 8)")
-      ->transform(dcpp_cli::decimal());
+      ->transform(dcpp_cli::decimal(world_size));
   app.add_option("--max-tokens-per-rank", max_tokens,
                  "token budget M per rank and micro-batch (default: the input's "
                  "max_seq_len_per_rank, else 4096)")
-      ->transform(dcpp_cli::decimal());
+      ->transform(dcpp_cli::decimal(max_tokens));
   app.add_option("--min-cp", min_cp, "smallest CP group (default: the input's min_cp_size, else 1)")
-      ->transform(dcpp_cli::decimal());
+      ->transform(dcpp_cli::decimal(min_cp));
   app.add_option("--max-cp", max_cp, "largest CP group (0: world size)")
-      ->transform(dcpp_cli::decimal());
+      ->transform(dcpp_cli::decimal(max_cp));
   app.add_option("--policy", policy, "balanced | megatron_greedy | uniform_cp | static_cp")
       ->check(CLI::IsMember({"balanced", "megatron_greedy", "uniform_cp", "static_cp"}));
   app.add_option("--static-cp", static_cp_size, "CP size of static_cp (0: smallest that fits all)")
-      ->transform(dcpp_cli::decimal());
+      ->transform(dcpp_cli::decimal(static_cp_size));
   app.add_option(
       "--estimator", estimator_spec,
       "MODEL@DEVICE preset (" + dcpp::transformer_cost::preset_names() +
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   app.add_option("--gpus-per-node", network.gpus_per_node,
                  "GPUs per node: CP groups larger than this span nodes and run their ring at the "
                  "inter-node rate (default 8)")
-      ->transform(dcpp_cli::decimal())
+      ->transform(dcpp_cli::decimal(network.gpus_per_node))
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--intra-node-bandwidth", network.intra_node_gbytes,
                  "GB/s one way between ring neighbours inside a node (preset: h100 150, a100 100)")
@@ -149,13 +149,13 @@ int main(int argc, char** argv) {
   app.add_option("--microbatch-multiple", microbatch_multiple,
                  "micro-batch count multiple, e.g. for virtual pipeline stages (default: the "
                  "input's vpp_microbatch_group_size, else 1)")
-      ->transform(dcpp_cli::decimal());
+      ->transform(dcpp_cli::decimal(microbatch_multiple));
   app.add_option("--padding-unit", padding_unit, "samples pad to a multiple of 2*cp*padding_unit")
-      ->transform(dcpp_cli::decimal());
+      ->transform(dcpp_cli::decimal(padding_unit));
   app.add_option("--extra-microbatches", extra_microbatches,
                  "balanced: at most this many micro-batches beyond the token minimum, each "
                  "taken only when it saves more than its overhead (-1: up to as many again)")
-      ->transform(dcpp_cli::decimal())
+      ->transform(dcpp_cli::decimal(extra_microbatches))
       ->check(CLI::Range(-1, 1 << 20));
   app.add_option("--json", json_path,
                  "write the plan as dcpp-plan/1 JSON (-: to standard output, alone; the other "
@@ -169,6 +169,11 @@ int main(int argc, char** argv) {
   info = (json_path == "-" || svg_path == "-") ? stderr : stdout;
 
   return dcpp::guarded_main("dcpp-plan: error: ", [&]() -> int {
+    if (app.count("--static-cp") > 0 && !compare && policy != "static_cp")
+      throw dcpp::error(dcpp::status_code::invalid_option,
+                        fmt::format("--static-cp {} applies to --policy static_cp only; the "
+                                    "policy is {} (add --policy static_cp, or drop --static-cp)",
+                                    static_cp_size, policy));
     dcpp::batch_input batch;
     {
       // the whole text first: a directory, an unreadable file or a read error is named here

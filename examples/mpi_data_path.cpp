@@ -4,6 +4,7 @@
 // the outputs are routed back to the samples' origin ranks in their original order; a stand-in
 // head-parallel layer (a running sum per head over whole sequences) goes through cp2hp / hp2cp.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -22,13 +23,17 @@ int main(int argc, char** argv) {
   dcpp::mpi_environment mpi(&argc, &argv);
   auto world = dcpp::mpi_communicator::world();
   return dcpp::guarded_main(fmt::format("rank {}: ", world.rank()), [&]() -> int {
-    // Each rank's data-loader shard: a long-tailed mix, different on every rank.
+    // Each rank's data-loader shard: a long-tailed mix, different on every rank, with samples
+    // up to 40,000 tokens or what the world's largest group holds (16,384 tokens per rank): so
+    // it runs on any number of ranks.
+    const std::int64_t longest = std::min<std::int64_t>(
+        40000, std::int64_t{std::bit_floor(static_cast<std::uint32_t>(world.size()))} * 16384);
     // [shard]
     using shard_type =
         dcpp::token_shard<dcpp::fields::token_ids, dcpp::fields::labels, dcpp::fields::loss_mask>;
     shard_type shard;
     shard.lengths =
-        dcpp::workload::long_tail(6, 100 + static_cast<std::uint64_t>(world.rank()), 0.2, 40000);
+        dcpp::workload::long_tail(6, 100 + static_cast<std::uint64_t>(world.rank()), 0.2, longest);
     for (const std::int64_t length : shard.lengths)
       for (std::int64_t t = 0; t < length; ++t) {
         shard.get<dcpp::fields::token_ids>().push_back(static_cast<std::int32_t>(t % 32000));

@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
                  "dO [tokens, heads, v_head_dim] (like o): also run the backward (dq, dk, dv)")
       ->check(dcpp_cli::path());
   app.add_option("--cp", in.cp, "ranks each sequence is split over (zigzag)")
-      ->transform(dcpp_cli::decimal())
+      ->transform(dcpp_cli::decimal(in.cp))
       ->check(CLI::Range(1, 64));
   app.add_option("--scale", in.scale, "softmax scale (default 1/sqrt(head_dim))")
       ->check(dcpp_cli::positive_float());

@@ -165,10 +165,10 @@ struct options {
 
   void add_to(CLI::App& app) {
     app.add_option("--steps", steps, "training steps")
-        ->transform(dcpp_cli::decimal())
+        ->transform(dcpp_cli::decimal(steps))
         ->check(CLI::Range(1, 100000));
     app.add_option("--samples", samples, "samples per step (over all ranks)")
-        ->transform(dcpp_cli::decimal())
+        ->transform(dcpp_cli::decimal(samples))
         ->check(CLI::Range(1, 1 << 20));
     app.add_option("--lr", lr, "SGD learning rate (applied in float)")
         ->check(dcpp_cli::positive_float());
@@ -176,7 +176,7 @@ struct options {
     app.add_option("--max-tokens-per-rank", budget,
                    "token budget per rank and micro-batch (0, the default: 512, or 1024 on one "
                    "rank)")
-        ->transform(dcpp_cli::decimal())
+        ->transform(dcpp_cli::decimal(budget))
         ->check(CLI::Range(std::int64_t{0}, dcpp::max_tokens_per_rank_limit));
     app.add_option("--seed", seed, "data and initialisation seed (0 to 2^64 - 1)")
         ->check(dcpp_cli::unsigned_integer());
@@ -195,7 +195,7 @@ struct options {
         ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 40));
     app.add_option("--calibrate-repeats", calibrate_repeats,
                    "timed runs per calibration row, after one warm-up (the median is printed)")
-        ->transform(dcpp_cli::decimal())
+        ->transform(dcpp_cli::decimal(calibrate_repeats))
         ->check(CLI::Range(1, 1000));
   }
   //! The planner's options for `world` ranks: the token budget is the flag's, or by default 512

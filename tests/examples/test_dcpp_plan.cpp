@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -318,6 +319,57 @@ TEST_CASE("dcpp-plan: numbers are decimal: a leading zero is no octal, a 0x pref
     CHECK(e.status == 105);
     CHECK(e.err.find("'" + bad + "' is not a decimal integer") != std::string::npos);
   }
+}
+
+TEST_CASE("dcpp-plan: an integer past its option's type names the value and the range") {
+  const fs::path in = write("range.txt", "100\n200\n");
+  // CLI11 alone said "Could not convert: --world-size = 2147483648"
+  for (const auto& [flag, value, range] :
+       {std::tuple<std::string, std::string, std::string>{"--world-size", "2147483648",
+                                                          "-2147483648 to 2147483647"},
+        {"--world-size", "-00002147483649", "-2147483648 to 2147483647"},
+        {"--max-tokens-per-rank", "99999999999999999999",
+         "-9223372036854775808 to 9223372036854775807"},
+        {"--min-cp", "4294967296", "-2147483648 to 2147483647"}}) {
+    const auto r = run(in.string() + " " + flag + " " + value);
+    CAPTURE(r.err);
+    CHECK(r.status == 105);
+    CHECK(r.err.find(flag + ": " + value + " is out of range: the limit is " + range) !=
+          std::string::npos);
+  }
+  // within the type, the option's own limit names itself
+  const auto r = run(in.string() + " --world-size 2147483647");
+  CHECK(r.status == 1);
+  CHECK(r.err.find("world_size = 2147483647") != std::string::npos);
+}
+
+TEST_CASE("dcpp-plan: --static-cp without the static policy is refused, not ignored") {
+  const fs::path in = write("static.txt", "100\n200\n");
+  auto r = run(in.string() + " --world-size 8 --static-cp 4");
+  CHECK(r.status == 1);
+  CHECK(r.err == "dcpp-plan: error: --static-cp 4 applies to --policy static_cp only; the policy "
+                 "is balanced (add --policy static_cp, or drop --static-cp)\n");
+  r = run(in.string() + " --world-size 8 --static-cp 4 --policy static_cp --quiet");
+  CHECK(r.status == 0);
+  r = run(in.string() + " --world-size 8 --static-cp 4 --compare --quiet");
+  CHECK(r.status == 0);
+}
+
+TEST_CASE("dcpp-plan: the calibration example of docs/cli.md plans") {
+  const std::string doc = slurp(fs::path(env("DCPP_DATA")) / ".." / ".." / "docs" / "cli.md");
+  const std::string intro = "Write them as CSV:\n\n```\n";
+  const std::size_t at = doc.find(intro);
+  REQUIRE(at != std::string::npos);
+  const std::size_t begin = at + intro.size();
+  const std::string csv = doc.substr(begin, doc.find("```", begin) - begin);
+  const fs::path cal = write("doc_calibration.csv", csv);
+  const fs::path in = write("doc_batch.txt", "1000\n4096\n65536\n200000\n");
+  const auto r =
+      run(in.string() + " --world-size 64 --estimator calibrated:" + cal.string() + " --quiet");
+  CAPTURE(csv);
+  CAPTURE(r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("calibrated: ") != std::string::npos);
 }
 
 TEST_CASE("dcpp-plan: one file by two names is refused, and the input is never written") {

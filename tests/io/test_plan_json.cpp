@@ -2,6 +2,8 @@
 #include "../support.hpp"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dcpp/io/plan_json.hpp"
 #include "dcpp/planner/planner.hpp"
@@ -127,4 +129,35 @@ TEST_CASE("plan_json: malformed documents name what is wrong") {
                                "lengths": [3], "microbatches": [{"groups": [{"first_rank": 0, "cp": "two", "samples": [0]}]}]})"),
       doctest::Contains("microbatches[0].groups[0]: field 'cp' = \"two\" must be an integer"),
       dcpp::error);
+}
+
+TEST_CASE("plan_json: negative, infinite and impossible recorded values are refused, naming them") {
+  const auto doc = [](const std::string& group, const std::string& microbatch,
+                      const std::string& metrics) {
+    return R"({"format": "dcpp-plan/1", "world_size": 4, "max_tokens_per_rank": 4096,
+               "lengths": [100], "microbatches": [{"groups": [{"first_rank": 0, "cp": 1,
+               "samples": [0])" +
+           group + "}]" + microbatch + "}], \"metrics\": {" + metrics + "}}";
+  };
+  CHECK_NOTHROW((void)dcpp::read_plan_json(
+      doc(R"(, "tokens": 128, "time": 0.5)", R"(, "time": 0.5, "idle_ranks": 3)",
+          R"("estimated_step_time": 0.5, "efficiency": null)")));
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {doc(R"(, "time": -1)", "", ""),
+            "plan: microbatches[0].groups[0]: 'time' = -1 must be a finite number >= 0"},
+           {doc(R"(, "tokens": 1000000000000)", "", ""),
+            "plan: microbatches[0].groups[0]: 'tokens' = 1000000000000 must be from 0 to 4096 "
+            "(max_tokens_per_rank)"},
+           {doc(R"(, "tokens": -5)", "", ""),
+            "plan: microbatches[0].groups[0]: 'tokens' = -5 must be from 0 to 4096"},
+           {doc("", R"(, "time": 1e400)", ""), "number overflow parsing '1e400'"},
+           {doc("", R"(, "idle_ranks": 7)", ""),
+            "plan: microbatches[0]: 'idle_ranks' = 7 must be from 0 to 4 (world_size)"},
+           {doc("", "", R"("estimated_step_time": -0.5)"),
+            "plan: metrics: 'estimated_step_time' = -0.5 must be a finite number >= 0"},
+           {doc("", "", R"("lower_bound": "fast")"), "plan: metrics: field 'lower_bound'"}}) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS((void)dcpp::read_plan_json(text), doctest::Contains(message.c_str()),
+                         dcpp::error);
+  }
 }

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "dcpp/comm/local.hpp"
 #include "dcpp/planner/packing/uniform_cp.hpp"
 #include "dcpp/planner/planner.hpp"
 #include "dcpp/workload/generators.hpp"
@@ -184,6 +185,37 @@ TEST_CASE("planner: plan_distributed gathers, plans and proves agreement") {
   bad.communicator().fail_options = true;
   CHECK_THROWS_WITH_AS((void)bad.plan_distributed(local),
                        doctest::Contains("different plan options"), dcpp::error);
+}
+
+TEST_CASE("planner: plan_distributed names the option the ranks disagree on, on every rank") {
+  for (const int differing : {0, 1, 2}) {
+    std::vector<std::string> errors(3);
+    dcpp::run_local(3, [&](dcpp::local_communicator& comm) {
+      auto o = opts(8, 2048);
+      if (comm.rank() == 1 && differing == 0)
+        o.max_tokens_per_rank = 4096;
+      if (comm.rank() == 2 && differing == 1)
+        o.group_topology = dcpp::topology::contiguous;
+      if (comm.rank() == 0 && differing == 2)
+        o.microbatch_overhead = 0.25;
+      dcpp::planner<dcpp::transformer_cost, dcpp::balanced, dcpp::local_communicator> p(o, {}, {},
+                                                                                        comm);
+      try {
+        (void)p.plan_distributed(std::vector<std::int64_t>{100, 200});
+      } catch (const dcpp::error& e) {
+        errors[static_cast<std::size_t>(comm.rank())] = e.what();
+      }
+    });
+    const std::string want = std::vector<std::string>{
+        "max_tokens_per_rank ranges from 2048 to 4096",
+        "group_topology ranges from aligned to contiguous",
+        "microbatch_overhead given ranges from 0 to 1"}[static_cast<std::size_t>(differing)];
+    for (const auto& e : errors) {
+      CAPTURE(e);
+      CHECK(e.find("plan_distributed: ranks were given different plan options: " + want +
+                   " over the ranks") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("planner: the options hash sees the micro-batch overhead") {

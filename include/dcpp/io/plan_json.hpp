@@ -201,6 +201,24 @@ inline plan read_plan_json(std::string_view text, std::string_view source = "pla
   if (!mbs.is_array())
     throw error(status_code::parse_error,
                 fmt::format("{}: 'microbatches' must be an array", source));
+  // a recorded time is a finite number >= 0, a token count or idle count one a group or a
+  // micro-batch can have: anything else is a damaged or hand-edited document, named here rather
+  // than carried into a report (a world or budget that is itself wrong is `validate`'s to name)
+  const auto time_of = [](const nlohmann::json& obj, const std::string& where, const char* key) {
+    const auto v = detail::get_field<double>(obj, where, key);
+    if (!(v >= 0 && v <= std::numeric_limits<double>::max()))
+      throw error(status_code::parse_error,
+                  fmt::format("{}: '{}' = {} must be a finite number >= 0", where, key, v));
+    return v;
+  };
+  const auto count_of = [](const nlohmann::json& obj, const std::string& where, const char* key,
+                           std::int64_t limit, const char* limit_name) {
+    const auto v = detail::get_field<std::int64_t>(obj, where, key);
+    if (v < 0 || v > limit)
+      throw error(status_code::parse_error, fmt::format("{}: '{}' = {} must be from 0 to {} ({})",
+                                                        where, key, v, limit, limit_name));
+    return v;
+  };
   for (std::size_t m = 0; m < mbs.size(); ++m) {
     const std::string where = fmt::format("{}: microbatches[{}]", source, m);
     plan_microbatch mb;
@@ -214,21 +232,28 @@ inline plan read_plan_json(std::string_view text, std::string_view source = "pla
       grp.cp = detail::get_field<std::int32_t>(groups[g], gw, "cp");
       grp.samples = detail::get_field<std::vector<std::int32_t>>(groups[g], gw, "samples");
       if (groups[g].contains("tokens"))
-        grp.tokens = detail::get_field<std::int64_t>(groups[g], gw, "tokens");
+        grp.tokens = count_of(groups[g], gw, "tokens",
+                              p.max_tokens_per_rank >= 1 ? p.max_tokens_per_rank
+                                                         : std::numeric_limits<std::int64_t>::max(),
+                              "max_tokens_per_rank");
       if (groups[g].contains("time"))
-        grp.time = detail::get_field<double>(groups[g], gw, "time");
+        grp.time = time_of(groups[g], gw, "time");
       mb.groups.push_back(std::move(grp));
     }
     if (mbs[m].contains("time"))
-      mb.time = detail::get_field<double>(mbs[m], where, "time");
+      mb.time = time_of(mbs[m], where, "time");
     if (mbs[m].contains("idle_ranks"))
-      mb.idle_ranks = detail::get_field<std::int32_t>(mbs[m], where, "idle_ranks");
+      mb.idle_ranks = static_cast<std::int32_t>(
+          count_of(mbs[m], where, "idle_ranks",
+                   p.world_size >= 1 ? p.world_size : std::numeric_limits<std::int32_t>::max(),
+                   "world_size"));
     p.microbatches.push_back(std::move(mb));
   }
   if (j.contains("metrics") && j["metrics"].is_object()) {
     const auto& m = j["metrics"];
-    auto number = [&](const char* key, double fallback) {
-      return m.contains(key) && m[key].is_number() ? m[key].get<double>() : fallback;
+    const std::string at = fmt::format("{}: metrics", source);
+    auto number = [&](const char* key, double fallback) { // null: not recorded (NaN)
+      return m.contains(key) && !m[key].is_null() ? time_of(m, at, key) : fallback;
     };
     p.metrics.estimated_step_time = number("estimated_step_time", 0);
     p.metrics.lower_bound = number("lower_bound", 0);

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -40,6 +42,48 @@ inline std::uint64_t options_hash(const plan_options& o) {
                    o.microbatch_overhead ? 1 : 0,
                    std::bit_cast<std::int64_t>(o.microbatch_overhead.value_or(0.0))};
   return plan_hash(shell);
+}
+
+//! Checks collectively that every rank was given the same plan options (their hash, one min
+//! and one max all-reduction); where they differ, names the first option the ranks disagree on
+//! with its smallest and largest value over the ranks (per option, in a fixed order, so that
+//! every rank throws the same error): a hash alone told the user nothing to fix. `who` begins
+//! the message.
+template <plan_communicator C>
+void check_same_options(C& comm, const plan_options& o, std::string_view who) {
+  const std::uint64_t oh = options_hash(o);
+  if (comm.all_reduce_min(oh) == comm.all_reduce_max(oh))
+    return;
+  constexpr std::uint64_t flip = std::uint64_t{1} << 63; // signed order as unsigned order
+  const auto check = [&](const char* name, std::int64_t value, auto show) {
+    const std::uint64_t u = std::bit_cast<std::uint64_t>(value) ^ flip;
+    const std::uint64_t lo = comm.all_reduce_min(u);
+    const std::uint64_t hi = comm.all_reduce_max(u);
+    if (lo != hi)
+      throw error(status_code::communication_error,
+                  fmt::format("{}: ranks were given different plan options: {} ranges from {} "
+                              "to {} over the ranks",
+                              who, name, show(std::bit_cast<std::int64_t>(lo ^ flip)),
+                              show(std::bit_cast<std::int64_t>(hi ^ flip))));
+  };
+  const auto integer = [](std::int64_t v) { return fmt::format("{}", v); };
+  const auto topology_of = [](std::int64_t v) {
+    return std::string(to_string(static_cast<topology>(v)));
+  };
+  const auto seconds = [](std::int64_t v) { return fmt::format("{}", std::bit_cast<double>(v)); };
+  check("world_size", o.world_size, integer);
+  check("max_tokens_per_rank", o.max_tokens_per_rank, integer);
+  check("min_cp", o.min_cp, integer);
+  check("max_cp", o.max_cp, integer);
+  check("group_topology", static_cast<std::int64_t>(o.group_topology), topology_of);
+  check("padding_unit", o.padding_unit, integer);
+  check("microbatch_multiple", o.microbatch_multiple, integer);
+  check("microbatch_overhead given", o.microbatch_overhead ? 1 : 0, integer);
+  // overheads are >= 0: their bits order as the values do
+  check("microbatch_overhead", std::bit_cast<std::int64_t>(o.microbatch_overhead.value_or(0.0)),
+        seconds);
+  throw error(status_code::communication_error,
+              fmt::format("{}: ranks were given different plan options", who));
 }
 
 //! Plans dynamic CP: a pure, deterministic function of (lengths, options, policies).
@@ -109,10 +153,7 @@ public:
   //! plan hashes are compared with min/max all-reductions, so every rank throws the same error
   //! instead of some ranks hanging in a later collective.
   [[nodiscard]] plan plan_distributed(std::span<const std::int64_t> local_lengths) {
-    const std::uint64_t oh = options_hash(options_);
-    if (communicator_.all_reduce_min(oh) != communicator_.all_reduce_max(oh))
-      throw error(status_code::communication_error,
-                  "plan_distributed: ranks were given different plan options");
+    check_same_options(communicator_, options_, "plan_distributed");
     const std::vector<std::int64_t> lengths = communicator_.all_gather_v(local_lengths);
     plan p = make_plan(lengths); // every rank sees the same lengths, so fails the same way
     const std::uint64_t ph = plan_hash(p);

@@ -265,7 +265,7 @@ template <communicator C, payload_field... Fields, class Planner>
                                              const token_shard<Fields...>& shard,
                                              placement where = placement::locality_aware) {
   throw_unless_agreed(comm, shard.check());
-  check_same_everywhere(comm, options_hash(planner.options()), "the plan options (hash)");
+  check_same_options(comm, planner.options(), "plan_step");
   const std::vector<std::int64_t> lengths =
       comm.all_gather_v(std::span<const std::int64_t>(shard.lengths));
   const std::int64_t mine = static_cast<std::int64_t>(shard.lengths.size());
