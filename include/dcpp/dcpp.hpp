@@ -10,6 +10,7 @@
 #include "dcpp/io/plan_json.hpp"
 #include "dcpp/io/plan_svg.hpp"
 #include "dcpp/io/plan_table.hpp"
+#include "dcpp/planner/bounds/budget_lower_bound.hpp"
 #include "dcpp/planner/bucketing.hpp"
 #include "dcpp/planner/calibrated_cost.hpp"
 #include "dcpp/planner/costs.hpp"

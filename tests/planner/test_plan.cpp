@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "dcpp/planner/bounds/budget_lower_bound.hpp"
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/evaluate.hpp"
 #include "dcpp/planner/packing.hpp"

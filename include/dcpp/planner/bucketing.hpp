@@ -15,7 +15,7 @@
 #include "dcpp/planner/costs.hpp"
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/options.hpp"
-#include "dcpp/planner/sort.hpp"
+#include "dcpp/planner/util/sort.hpp"
 
 namespace dcpp {
 

@@ -19,6 +19,7 @@
 #include "dcpp/error.hpp"
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/network.hpp"
+#include "dcpp/planner/util/householder.hpp"
 
 namespace dcpp {
 
@@ -73,8 +74,7 @@ public:
   static constexpr std::size_t microbatch_feature = inter_first + tier_features;
   static constexpr std::size_t feature_count = microbatch_feature + 1;
   //! A hinge is fitted only where at least this many rows lie beyond its knot: with fewer, a
-  //! hinge fits noise (23 rows of the h100 model with 3% noise: plans 13% slower under the model
-  //! at 3 rows per hinge, 3.5% at 8; the self-consistency rows are unaffected).
+  //! hinge fits noise (docs/benchmarks.md, "Calibration", has the measurement).
   static constexpr std::size_t rows_per_hinge = 8;
   static constexpr std::array<std::string_view, feature_count> feature_names{
       "tokens_per_rank",
@@ -213,173 +213,13 @@ public:
   //! dcpp::error naming the row, the undetermined feature, or a fit that prices nothing.
   static calibrated_cost fit(std::span<const calibration_row> rows,
                              std::int32_t gpus_per_node = 8) {
-    if (gpus_per_node < 1)
-      throw error(status_code::invalid_option,
-                  fmt::format("calibration: gpus_per_node = {} must be >= 1", gpus_per_node));
-    std::size_t sample_rows = 0;
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const auto& r = rows[i];
-      if (!(r.seconds > 0) || !std::isfinite(r.seconds))
-        throw error(status_code::parse_error,
-                    fmt::format("calibration row {}: seconds = {} must be a finite time > 0", i + 1,
-                                r.seconds));
-      if (r.microbatch)
-        continue;
-      ++sample_rows;
-      if (r.length <= 0 || r.cp <= 0)
-        throw error(status_code::parse_error,
-                    fmt::format("calibration row {}: (length = {}, cp = {}) must have length > 0 "
-                                "and cp > 0",
-                                i + 1, r.length, r.cp));
-    }
-    if (sample_rows == 0)
-      throw error(status_code::parse_error,
-                  "calibration: no (length, cp, seconds) row; micro-batch rows alone price no "
-                  "sample");
-    // rows in relative terms: each row's features and time divided by its time
-    const auto row_features = [&](std::size_t i) {
-      auto x = features(rows[i], gpus_per_node);
-      for (double& v : x)
-        v /= rows[i].seconds;
-      return x;
-    };
-    // columns that some row exercises
-    std::array<double, feature_count> scale{};
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const auto x = row_features(i);
-      for (std::size_t k = 0; k < feature_count; ++k)
-        scale[k] = std::max(scale[k], std::abs(x[k]));
-    }
-    // columns that some row exercises; a hinge only where at least `rows_per_hinge` rows lie
-    // beyond its knot (one row would fit itself exactly and teach nothing)
-    std::array<std::size_t, feature_count> exercised{};
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const auto x = features(rows[i], gpus_per_node);
-      for (std::size_t k = 0; k < feature_count; ++k)
-        exercised[k] += x[k] != 0 ? 1 : 0;
-    }
-    const auto is_hinge = [](std::size_t k) {
-      const std::size_t in_tier = (k - intra_first) % tier_features;
-      return k >= intra_first && k < microbatch_feature && in_tier >= 3;
-    };
-    std::vector<std::size_t> used;
-    for (std::size_t k = 0; k < feature_count; ++k)
-      if (scale[k] > 0 && (!is_hinge(k) || exercised[k] >= rows_per_hinge))
-        used.push_back(k);
-    // the required columns first (compute, each tier's latency and bandwidth, the micro-batch),
-    // then the shape columns (t^2 and the hinges), which are left out, last first, where the rows
-    // cannot determine them (too few rows, or a column that is nearly a combination of others)
-    const auto is_shape = [](std::size_t k) {
-      const std::size_t in_tier = (k - intra_first) % tier_features;
-      return k >= intra_first && k < microbatch_feature && in_tier >= 2;
-    };
-    std::stable_partition(used.begin(), used.end(), [&](std::size_t k) { return !is_shape(k); });
-    const std::size_t n = rows.size();
-    const auto required = static_cast<std::size_t>(
-        std::count_if(used.begin(), used.end(), [&](std::size_t k) { return !is_shape(k); }));
-    if (n < required)
-      throw error(status_code::parse_error,
-                  fmt::format("calibration: {} rows cannot determine the {} coefficients their "
-                              "(length, cp) points exercise; measure at least {} points",
-                              n, required, required));
-    while (used.size() > n)
-      used.pop_back();
-    std::array<double, feature_count> coefficients{};
-    for (;;) {
-      const std::size_t p = used.size();
-      // A (n x p, column-major) and b, scaled so every column has max |x| = 1
-      std::vector<double> a(n * p);
-      std::vector<double> b(n, 1.0);
-      for (std::size_t i = 0; i < n; ++i) {
-        const auto x = row_features(i);
-        for (std::size_t j = 0; j < p; ++j)
-          a[j * n + i] = x[used[j]] / scale[used[j]];
-      }
-      // Householder QR, applied to b as we go; a column whose part independent of the ones
-      // before is below the threshold is not determined by the rows
-      std::size_t undetermined = p;
-      for (std::size_t j = 0; j < p && undetermined == p; ++j) {
-        double norm = 0;
-        for (std::size_t i = j; i < n; ++i)
-          norm += a[j * n + i] * a[j * n + i];
-        norm = std::sqrt(norm);
-        const double threshold = is_shape(used[j]) ? 1e-7 : 1e-10;
-        if (norm < threshold * std::sqrt(static_cast<double>(n))) {
-          undetermined = j;
-          break;
-        }
-        const double alpha = a[j * n + j] > 0 ? -norm : norm;
-        std::vector<double> v(n - j);
-        for (std::size_t i = j; i < n; ++i)
-          v[i - j] = a[j * n + i];
-        v[0] -= alpha;
-        double vnorm2 = 0;
-        for (const double x : v)
-          vnorm2 += x * x;
-        auto reflect = [&](double* col) {
-          double dot = 0;
-          for (std::size_t i = j; i < n; ++i)
-            dot += v[i - j] * col[i];
-          const double f = 2.0 * dot / vnorm2;
-          for (std::size_t i = j; i < n; ++i)
-            col[i] -= f * v[i - j];
-        };
-        for (std::size_t k = j; k < p; ++k)
-          reflect(&a[k * n]);
-        reflect(b.data());
-      }
-      if (undetermined < p) {
-        if (!is_shape(used[undetermined]))
-          throw error(status_code::parse_error,
-                      fmt::format("calibration: the rows do not determine the coefficient of {} "
-                                  "(it is a combination of the others); vary length and cp more",
-                                  feature_names[used[undetermined]]));
-        used.erase(used.begin() + static_cast<std::ptrdiff_t>(undetermined));
-        continue;
-      }
-      std::vector<double> solution(p);
-      for (std::size_t jj = p; jj-- > 0;) {
-        double s = b[jj];
-        for (std::size_t k = jj + 1; k < p; ++k)
-          s -= a[k * n + jj] * solution[k];
-        solution[jj] = s / a[jj * n + jj];
-      }
-      for (std::size_t j = 0; j < p; ++j)
-        coefficients[used[j]] = solution[j] / scale[used[j]];
-      break;
-    }
-    const std::size_t p = used.size();
-    const bool has_overhead = scale[microbatch_feature] > 0;
-    calibrated_cost fitted(coefficients, gpus_per_node, has_overhead);
-    // the report; a fit that prices a measured sample at zero or below is refused (its rows
-    // cannot describe a time that grows with the work)
-    calibration_report& report = fitted.report_;
-    report.rows = n;
-    report.coefficients = p;
-    double sum2 = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto& r = rows[i];
-      const double predicted =
-          r.microbatch ? coefficients[microbatch_feature] : fitted.cost(r.length, r.cp);
-      if (!(predicted > 0))
-        throw error(status_code::parse_error,
-                    fmt::format("calibration row {}: the fit prices (length = {}, cp = {}) at {} "
-                                "s where {} s was measured; the rows do not describe a cost that "
-                                "grows with the work (check their units and columns)",
-                                i + 1, r.length, r.cp, predicted, r.seconds));
-      const double relative = (predicted - r.seconds) / r.seconds;
-      sum2 += relative * relative;
-      if (std::abs(relative) > report.max_relative) {
-        report.max_relative = std::abs(relative);
-        report.worst_row = i + 1;
-      }
-    }
-    report.rms_relative = std::sqrt(sum2 / static_cast<double>(n));
-    for (const auto& r : rows)
-      if (!r.microbatch) {
-        report.shortest = report.shortest == 0 ? r.length : std::min(report.shortest, r.length);
-        report.longest = std::max(report.longest, r.length);
-      }
+    check_rows(rows, gpus_per_node);
+    const std::array<double, feature_count> scale = column_scales(rows, gpus_per_node);
+    std::vector<std::size_t> used = used_columns(rows, gpus_per_node, scale);
+    const std::array<double, feature_count> coefficients =
+        least_squares(rows, gpus_per_node, scale, used);
+    calibrated_cost fitted(coefficients, gpus_per_node, scale[microbatch_feature] > 0);
+    fitted.fill_report(rows, used.size());
     return fitted;
   }
 
@@ -430,6 +270,169 @@ public:
   }
 
 private:
+  //! The rows' own checks: positive finite times, positive lengths and sizes, a sample row.
+  static void check_rows(std::span<const calibration_row> rows, std::int32_t gpus_per_node) {
+    if (gpus_per_node < 1)
+      throw error(status_code::invalid_option,
+                  fmt::format("calibration: gpus_per_node = {} must be >= 1", gpus_per_node));
+    std::size_t sample_rows = 0;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      if (!(r.seconds > 0) || !std::isfinite(r.seconds))
+        throw error(status_code::parse_error,
+                    fmt::format("calibration row {}: seconds = {} must be a finite time > 0", i + 1,
+                                r.seconds));
+      if (r.microbatch)
+        continue;
+      ++sample_rows;
+      if (r.length <= 0 || r.cp <= 0)
+        throw error(status_code::parse_error,
+                    fmt::format("calibration row {}: (length = {}, cp = {}) must have length > 0 "
+                                "and cp > 0",
+                                i + 1, r.length, r.cp));
+    }
+    if (sample_rows == 0)
+      throw error(status_code::parse_error,
+                  "calibration: no (length, cp, seconds) row; micro-batch rows alone price no "
+                  "sample");
+  }
+
+  //! A row in relative terms: its features divided by its time.
+  static std::array<double, feature_count> relative_features(const calibration_row& r,
+                                                             std::int32_t gpus_per_node) {
+    auto x = features(r, gpus_per_node);
+    for (double& v : x)
+      v /= r.seconds;
+    return x;
+  }
+
+  //! Per column, the largest |x| of the rows in relative terms (0: no row exercises it).
+  static std::array<double, feature_count> column_scales(std::span<const calibration_row> rows,
+                                                         std::int32_t gpus_per_node) {
+    std::array<double, feature_count> scale{};
+    for (const calibration_row& r : rows) {
+      const auto x = relative_features(r, gpus_per_node);
+      for (std::size_t k = 0; k < feature_count; ++k)
+        scale[k] = std::max(scale[k], std::abs(x[k]));
+    }
+    return scale;
+  }
+
+  static constexpr bool is_hinge(std::size_t k) {
+    return k >= intra_first && k < microbatch_feature && (k - intra_first) % tier_features >= 3;
+  }
+  //! t^2 and the hinges: left out where the rows cannot determine them.
+  static constexpr bool is_shape(std::size_t k) {
+    return k >= intra_first && k < microbatch_feature && (k - intra_first) % tier_features >= 2;
+  }
+
+  //! The columns the fit starts from: those some row exercises, a hinge only where at least
+  //! `rows_per_hinge` rows lie beyond its knot (one row would fit itself exactly and teach
+  //! nothing); the required columns first (compute, each tier's latency and bandwidth, the
+  //! micro-batch), then the shape columns, which are left out, last first, where the rows cannot
+  //! determine them (too few rows, or a column that is nearly a combination of others).
+  static std::vector<std::size_t> used_columns(std::span<const calibration_row> rows,
+                                               std::int32_t gpus_per_node,
+                                               const std::array<double, feature_count>& scale) {
+    std::array<std::size_t, feature_count> exercised{};
+    for (const calibration_row& r : rows) {
+      const auto x = features(r, gpus_per_node);
+      for (std::size_t k = 0; k < feature_count; ++k)
+        exercised[k] += x[k] != 0 ? 1 : 0;
+    }
+    std::vector<std::size_t> used;
+    for (std::size_t k = 0; k < feature_count; ++k)
+      if (scale[k] > 0 && (!is_hinge(k) || exercised[k] >= rows_per_hinge))
+        used.push_back(k);
+    std::stable_partition(used.begin(), used.end(), [](std::size_t k) { return !is_shape(k); });
+    const std::size_t n = rows.size();
+    const auto required = static_cast<std::size_t>(
+        std::count_if(used.begin(), used.end(), [](std::size_t k) { return !is_shape(k); }));
+    if (n < required)
+      throw error(status_code::parse_error,
+                  fmt::format("calibration: {} rows cannot determine the {} coefficients their "
+                              "(length, cp) points exercise; measure at least {} points",
+                              n, required, required));
+    while (used.size() > n)
+      used.pop_back();
+    return used;
+  }
+
+  //! The least-squares coefficients over the columns `used`, shape columns the rows do not
+  //! determine dropped from `used` (a required one is an error).
+  static std::array<double, feature_count>
+  least_squares(std::span<const calibration_row> rows, std::int32_t gpus_per_node,
+                const std::array<double, feature_count>& scale, std::vector<std::size_t>& used) {
+    const std::size_t n = rows.size();
+    for (;;) {
+      const std::size_t p = used.size();
+      // A (n x p, column-major) and b
+      std::vector<double> a(n * p);
+      std::vector<double> b(n, 1.0);
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto x = relative_features(rows[i], gpus_per_node);
+        for (std::size_t j = 0; j < p; ++j)
+          a[j * n + i] = x[used[j]] / scale[used[j]];
+      }
+      const std::size_t undetermined = detail::householder_qr(a, b, n, p, [&](std::size_t j) {
+        return (is_shape(used[j]) ? 1e-7 : 1e-10) * std::sqrt(static_cast<double>(n));
+      });
+      if (undetermined < p) {
+        if (!is_shape(used[undetermined]))
+          throw error(status_code::parse_error,
+                      fmt::format("calibration: the rows do not determine the coefficient of {} "
+                                  "(it is a combination of the others); vary length and cp more",
+                                  feature_names[used[undetermined]]));
+        used.erase(used.begin() + static_cast<std::ptrdiff_t>(undetermined));
+        continue;
+      }
+      std::vector<double> solution(p);
+      for (std::size_t jj = p; jj-- > 0;) {
+        double s = b[jj];
+        for (std::size_t k = jj + 1; k < p; ++k)
+          s -= a[k * n + jj] * solution[k];
+        solution[jj] = s / a[jj * n + jj];
+      }
+      std::array<double, feature_count> coefficients{};
+      for (std::size_t j = 0; j < p; ++j)
+        coefficients[used[j]] = solution[j] / scale[used[j]];
+      return coefficients;
+    }
+  }
+
+  //! The fit's report over `rows` (with `p` coefficients); a fit that prices a measured sample
+  //! at zero or below is refused (its rows cannot describe a time that grows with the work).
+  void fill_report(std::span<const calibration_row> rows, std::size_t p) {
+    const std::size_t n = rows.size();
+    calibration_report& report = report_;
+    report.rows = n;
+    report.coefficients = p;
+    double sum2 = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& r = rows[i];
+      const double predicted =
+          r.microbatch ? coefficients_[microbatch_feature] : cost(r.length, r.cp);
+      if (!(predicted > 0))
+        throw error(status_code::parse_error,
+                    fmt::format("calibration row {}: the fit prices (length = {}, cp = {}) at {} "
+                                "s where {} s was measured; the rows do not describe a cost that "
+                                "grows with the work (check their units and columns)",
+                                i + 1, r.length, r.cp, predicted, r.seconds));
+      const double relative = (predicted - r.seconds) / r.seconds;
+      sum2 += relative * relative;
+      if (std::abs(relative) > report.max_relative) {
+        report.max_relative = std::abs(relative);
+        report.worst_row = i + 1;
+      }
+    }
+    report.rms_relative = std::sqrt(sum2 / static_cast<double>(n));
+    for (const auto& r : rows)
+      if (!r.microbatch) {
+        report.shortest = report.shortest == 0 ? r.length : std::min(report.shortest, r.length);
+        report.longest = std::max(report.longest, r.length);
+      }
+  }
+
   std::array<double, feature_count> coefficients_{};
   std::int32_t gpus_per_node_ = 8;
   bool has_overhead_ = false;

@@ -145,8 +145,7 @@ inline constexpr std::int64_t max_batch_tokens = std::int64_t{1} << 62;
 //! limit, read before the text is parsed.
 inline constexpr std::int64_t max_batch_samples = std::int64_t{1} << 24; // 16,777,216
 //! The largest micro-batch count multiple (virtual pipeline stages use a few to a few dozen): a
-//! plan has at least that many micro-batches, and planning time grows with their square (on 32
-//! ranks, 600 samples planned in 1.5 s at 1,024 and 10 s at 4,096; 10^8 ran until killed).
+//! plan has at least that many micro-batches, and planning time grows with their square.
 inline constexpr std::int32_t max_microbatch_multiple = 1024;
 
 //! Checks the options alone (no lengths). Cheap; names the field, the value and the limit.

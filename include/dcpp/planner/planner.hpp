@@ -14,6 +14,7 @@
 
 #include "dcpp/comm/plan_communicator.hpp"
 #include "dcpp/error.hpp"
+#include "dcpp/planner/bounds/budget_lower_bound.hpp"
 #include "dcpp/planner/bucketing.hpp"
 #include "dcpp/planner/costs.hpp"
 #include "dcpp/planner/estimator.hpp"

@@ -87,9 +87,8 @@ private:
 };
 
 //! A suspended execution context. On x86-64 a hand-written switch saves only the callee-saved
-//! registers and the stack pointer (no signal-mask system call, unlike swapcontext: the loss
-//! reduction of bench_kernels runs 15x faster); elsewhere, or with DCPP_SIMT_USE_UCONTEXT,
-//! ucontext.
+//! registers and the stack pointer (no signal-mask system call, unlike swapcontext, whose call
+//! dominates a short block's switches); elsewhere, or with DCPP_SIMT_USE_UCONTEXT, ucontext.
 #if defined(__x86_64__) && !defined(DCPP_SIMT_USE_UCONTEXT)
 #define DCPP_SIMT_FAST_SWITCH 1
 extern "C" void dcpp_simt_switch(void** save_sp, void* load_sp);

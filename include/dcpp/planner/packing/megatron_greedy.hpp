@@ -8,10 +8,91 @@
 #include <string_view>
 #include <vector>
 
-#include "dcpp/planner/indexed_heap.hpp"
 #include "dcpp/planner/packing.hpp"
+#include "dcpp/planner/util/indexed_heap.hpp"
 
 namespace dcpp {
+
+namespace detail {
+
+//! Where megatron_greedy puts a sample: an existing group, or a new group of size `cp` on free
+//! ranks (`fresh`); neither where it waits for a later micro-batch.
+struct megatron_choice {
+  double projected = 0;
+  std::int32_t group = -1;
+  bool fresh = false;
+  std::int32_t cp = 0;
+
+  [[nodiscard]] bool found() const noexcept { return group >= 0 || fresh; }
+  //! Takes the offer where it is within `cap` and better: a lower projected maximum, then a
+  //! smaller CP size, then an existing group (lowest index) before a new one.
+  void offer(double p, std::int32_t c, bool f, std::int32_t g, double cap) noexcept {
+    if (p > cap)
+      return;
+    const bool better = !found()         ? true
+                        : p != projected ? p < projected
+                        : c != cp        ? c < cp
+                        : f != fresh     ? !f
+                                         : g < group;
+    if (better)
+      *this = {p, f ? -1 : g, f, c};
+  }
+};
+
+//! Sample `s`'s place in `mb` (maximum load `current_max`, load cap `cap`): the least projected
+//! maximum over every existing group of a legal size with token room and every new group on free
+//! ranks; ties go to the smaller CP size, then to an existing group (lowest index) before a new
+//! one: the first minimum in the order "per size ascending: its groups, then a new group",
+//! without a pass over the groups per size (which made contiguous worlds quadratic).
+template <workload_estimator Estimator>
+megatron_choice megatron_place(const problem& pr, const Estimator& estimator,
+                               const microbatch_state& mb, std::size_t s, double current_max,
+                               double cap) {
+  const plan_options& o = pr.options;
+  const std::int32_t min_cp = pr.min_cp_of[s];
+  megatron_choice best;
+  const auto& groups = mb.groups();
+  // the sample's tokens and cost per group size, looked up once per run of equal sizes
+  std::int32_t seen_cp = -1;
+  std::int64_t room_needed = 0;
+  double cost = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const std::int32_t cp = groups[g].cp;
+    if (cp < min_cp)
+      continue; // closed groups have cp 0
+    if (cp != seen_cp) {
+      seen_cp = cp;
+      room_needed = o.max_tokens_per_rank - pr.rank_tokens(s, cp);
+      cost = sample_cost(pr, estimator, s, cp);
+    }
+    if (groups[g].tokens > room_needed)
+      continue;
+    best.offer(std::max(current_max, groups[g].load + cost), cp, false,
+               static_cast<std::int32_t>(g), cap);
+  }
+  if (mb.free_ranks() < min_cp)
+    return best;
+  // a new group of size cp fits on free ranks: for contiguous groups, iff the longest free run
+  // holds cp ranks (one pass); aligned sizes are few, each looked up
+  const std::int32_t run = o.group_topology == topology::contiguous ? mb.longest_free_run() : 0;
+  for (const std::int32_t cp : pr.cp_sizes) {
+    if (cp < min_cp)
+      continue;
+    if (cp > mb.free_ranks())
+      break;
+    if (o.group_topology == topology::contiguous ? cp > run : !mb.free_block(o, cp).has_value())
+      continue;
+    const double new_cost = sample_cost(pr, estimator, s, cp);
+    best.offer(std::max(current_max, new_cost), cp, true, 0, cap);
+    // the least any choice projects, at the smallest size left: no larger size wins (contiguous
+    // worlds have a size per rank count, and this loop visited them all)
+    if (new_cost <= current_max)
+      break;
+  }
+  return best;
+}
+
+} // namespace detail
 
 //! Micro-batch after micro-batch, as Megatron-LM's `DefaultDynamicCPScheduler` does:
 //! * the longest remaining sample opens a group of its smallest CP size on the first free
@@ -82,77 +163,13 @@ struct megatron_greedy_with {
            k = rest.next(k + 1, limit)) {
         const std::int32_t sample = rest.sample(k);
         const auto s = static_cast<std::size_t>(sample);
-        const std::int32_t min_cp = pr.min_cp_of[s];
-        // The least projected maximum over every existing group of a legal size with token
-        // room and every new group on free ranks; ties go to the smaller CP size, then to an
-        // existing group (lowest index) before a new one: the first minimum in the order "per
-        // size ascending: its groups, then a new group", without a pass over the groups per
-        // size (which made contiguous worlds quadratic: 1,024 sizes x 1,024 groups per sample).
-        double best = 0;
-        std::int32_t best_group = -1; // an existing group, or
-        bool best_new = false;        // a new group of best_cp on free ranks
-        std::int32_t best_cp = 0;
-        const auto better = [&](double projected, std::int32_t cp, bool fresh, std::int32_t g) {
-          if (projected > cap)
-            return false;
-          if (best_group < 0 && !best_new)
-            return true;
-          if (projected != best)
-            return projected < best;
-          if (cp != best_cp)
-            return cp < best_cp;
-          if (fresh != best_new)
-            return !fresh;
-          return g < best_group;
-        };
-        const auto& groups = mb.groups();
-        // the sample's tokens and cost per group size, looked up once per run of equal sizes
-        std::int32_t seen_cp = -1;
-        std::int64_t room_needed = 0;
-        double cost = 0;
-        for (std::size_t g = 0; g < groups.size(); ++g) {
-          const std::int32_t cp = groups[g].cp;
-          if (cp < min_cp)
-            continue; // closed groups have cp 0
-          if (cp != seen_cp) {
-            seen_cp = cp;
-            room_needed = o.max_tokens_per_rank - pr.rank_tokens(s, cp);
-            cost = sample_cost(pr, estimator, s, cp);
-          }
-          if (groups[g].tokens > room_needed)
-            continue;
-          const double projected = std::max(current_max, groups[g].load + cost);
-          if (better(projected, cp, false, static_cast<std::int32_t>(g)))
-            best = projected, best_group = static_cast<std::int32_t>(g), best_new = false,
-            best_cp = cp;
-        }
-        if (mb.free_ranks() >= min_cp) {
-          // a new group of size cp fits on free ranks: for contiguous groups, iff the longest
-          // free run holds cp ranks (one pass); aligned sizes are few, each looked up
-          const std::int32_t run =
-              o.group_topology == topology::contiguous ? mb.longest_free_run() : 0;
-          for (const std::int32_t cp : pr.cp_sizes) {
-            if (cp < min_cp)
-              continue;
-            if (cp > mb.free_ranks())
-              break;
-            if (o.group_topology == topology::contiguous ? cp > run
-                                                         : !mb.free_block(o, cp).has_value())
-              continue;
-            const double cost = sample_cost(pr, estimator, s, cp);
-            const double projected = std::max(current_max, cost);
-            if (better(projected, cp, true, 0))
-              best = projected, best_group = -1, best_new = true, best_cp = cp;
-            // the least any choice projects, at the smallest size left: no larger size wins
-            // (contiguous worlds have a size per rank count, and this loop visited them all)
-            if (cost <= current_max)
-              break;
-          }
-        }
-        if (best_group < 0 && !best_new)
+        const detail::megatron_choice best =
+            detail::megatron_place(pr, estimator, mb, s, current_max, cap);
+        if (!best.found())
           continue; // waits for a later micro-batch
+        const std::int32_t best_cp = best.cp;
         const std::int32_t g =
-            best_group >= 0 ? best_group : mb.open(mb.free_block(o, best_cp).value(), best_cp);
+            best.group >= 0 ? best.group : mb.open(mb.free_block(o, best_cp).value(), best_cp);
         mb.add(g, sample, pr.rank_tokens(s, best_cp), sample_cost(pr, estimator, s, best_cp));
         rest.remove(k);
         current_max = std::max(current_max, mb.groups()[static_cast<std::size_t>(g)].load);

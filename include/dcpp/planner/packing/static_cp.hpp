@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "dcpp/planner/indexed_heap.hpp"
 #include "dcpp/planner/packing.hpp"
+#include "dcpp/planner/util/indexed_heap.hpp"
 
 namespace dcpp {
 
@@ -19,10 +19,10 @@ namespace detail {
 
 //! static_cp's slots by (load, slot): the first `width` of them (the window) in a sorted array
 //! with their tokens, the others in a heap. The least-loaded window slot with room for a sample
-//! is then a scan of that array, where a std::set of every slot (and of their tokens) took 90%
-//! of balanced's planning time on 65,536 samples under length^2/cp: most samples of a long tail
-//! find no room in the window (its slots light, their tokens spent on short samples), and every
-//! placement moved two set nodes.
+//! is then a scan of that array, where a std::set of every slot (and of their tokens) dominated
+//! the planning time of large batches: most samples of a long tail find no room in the window
+//! (its slots light, their tokens spent on short samples), and every placement moved two set
+//! nodes.
 class load_window {
 public:
   //! Every slot at its (load, tokens), by slot index (more than `width` slots).

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "dcpp/planner/indexed_heap.hpp"
 #include "dcpp/planner/packing.hpp"
+#include "dcpp/planner/util/indexed_heap.hpp"
 
 namespace dcpp {
 

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "dcpp/planner/bounds/budget_lower_bound.hpp"
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
 #include "dcpp/planner/packing/balanced/tiled.hpp"

@@ -11,10 +11,11 @@
 #include <utility>
 #include <vector>
 
+#include "dcpp/core/math.hpp"
 #include "dcpp/planner/cost_rows.hpp"
-#include "dcpp/planner/indexed_heap.hpp"
 #include "dcpp/planner/packing.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
+#include "dcpp/planner/util/indexed_heap.hpp"
 
 namespace dcpp::detail {
 
@@ -300,5 +301,21 @@ private:
   std::vector<double> max_;                                  // per round: the largest load
   indexed_heap<std::int32_t> room_;                          // (-free ranks, round)
 };
+
+//! Rounds `a` leaves empty (the local search moves every sample out of a round where that pays;
+//! the chunked construction's rounds may hold nothing but what it moves) dropped, as many as keep
+//! the count a multiple of `multiple`: each costs the micro-batch overhead and holds nothing.
+template <class Estimator>
+void drop_empty_rounds(assignment<Estimator>& a, const cost_rows<Estimator>& costs,
+                       std::int32_t multiple, std::string_view policy) {
+  const std::int32_t used = a.used_rounds();
+  std::int32_t drop = a.rounds() - round_up<std::int32_t>(used, multiple);
+  if (used == 0 || drop <= 0)
+    return;
+  plan p = a.to_plan(policy);
+  std::erase_if(p.microbatches,
+                [&](const plan_microbatch& mb) { return mb.groups.empty() && drop-- > 0; });
+  a = assignment<Estimator>::from_plan(costs, p);
+}
 
 } // namespace dcpp::detail

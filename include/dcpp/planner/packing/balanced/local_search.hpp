@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "dcpp/planner/indexed_heap.hpp"
-#include "dcpp/planner/node_pool.hpp"
 #include "dcpp/planner/packing/balanced/assignment.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
 #include "dcpp/planner/packing/balanced/tuning.hpp"
+#include "dcpp/planner/util/indexed_heap.hpp"
+#include "dcpp/planner/util/node_pool.hpp"
 
 namespace dcpp::detail {
 

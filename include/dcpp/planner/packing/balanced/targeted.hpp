@@ -12,12 +12,12 @@
 
 #include "dcpp/planner/bucketing.hpp"
 #include "dcpp/planner/cost_rows.hpp"
-#include "dcpp/planner/node_pool.hpp"
 #include "dcpp/planner/packing.hpp"
 #include "dcpp/planner/packing/balanced/assignment.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
 #include "dcpp/planner/packing/balanced/tuning.hpp"
-#include "dcpp/planner/sort.hpp"
+#include "dcpp/planner/util/node_pool.hpp"
+#include "dcpp/planner/util/sort.hpp"
 
 namespace dcpp::detail {
 

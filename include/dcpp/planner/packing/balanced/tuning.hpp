@@ -1,6 +1,5 @@
 // Every number the balanced portfolio runs on, in one place, each with the reason it has its
-// value. The measurements behind them are in docs/benchmarks.md ("balanced: how the numbers were
-// chosen").
+// value.
 #pragma once
 
 #include <cmath>
@@ -13,222 +12,127 @@
 
 namespace dcpp {
 
-//! The numbers of the `balanced` policy. "Size" below is samples x ranks of the batch: the
-//! limits switch off the costlier constructions on large batches, where they pay least.
+//! The numbers of the `balanced` policy, each with its reason in a line; the measurements
+//! behind them are in docs/benchmarks.md ("balanced: how the numbers were chosen"). "Size" is
+//! samples x ranks of the batch: the limits switch off the costlier constructions on large
+//! batches, where they pay least.
 struct balanced_tuning {
   // ---- which constructions run where ---------------------------------------------------------
-  //! The megatron construction (and the targeted one, which needs its round count) up to here:
-  //! it costs O(samples x groups).
+  //! The megatron and targeted constructions up to here: they cost O(samples x groups).
   std::int64_t megatron_limit = std::int64_t{1} << 15;
-  //! The static construction up to here (a factor of the megatron limit: it is one sort and a
-  //! heap walk, cheaper than the megatron one).
+  //! The static construction up to here: one sort and a heap walk, cheaper than megatron.
   std::int64_t static_limit = std::int64_t{4} << 15;
-  //! The tiled construction (a size that does not divide the world, the rest in smaller groups)
-  //! up to this many candidates (samples x rounds x groups per round): it examines each.
+  //! The tiled construction up to this many candidates (samples x rounds x groups per round).
   std::int64_t tiled_limit = std::int64_t{1} << 24;
-  //! The levelled variants (0% and 10% reach, heavy samples apart) up to here: each costs a
-  //! levelled run and a local search, 1.5-4.5x planning time where they run.
+  //! The levelled variants up to here: each costs a levelled run and a local search.
   std::int64_t levelled_variants_limit = std::int64_t{1} << 17;
-  //! The chunked construction (each class's gap-term rounds, the rest packed again) up to here:
-  //! per class of samples of one smallest size it costs a whole packing of the others and a
-  //! local search, 3-8x planning time where it runs, so not from 4,096 samples on 64 ranks (2^18,
-  //! the 1 ms target's size: there its classes alone took 0.3 ms, and its plan never won).
+  //! The chunked construction below here: a whole packing per class, its plan rarely wins there.
   std::int64_t chunked_limit = (std::int64_t{1} << 18) - 1;
   //! ... and only where the best plan so far is more than this share above the lower bound.
   double chunked_gap = 0.02;
-  //! The bisected construction (the samples that need CP dealt to rounds, each round's ranks
-  //! halved between them, the rest packed again) up to here, where the best plan so far is more
-  //! than `chunked_gap` above the lower bound, and only where at most `bisected_samples` samples
-  //! (64 at most) need CP...
+  //! The bisected construction up to here, where at most this many samples need CP...
   std::int64_t bisected_limit = std::int64_t{1} << 22;
   std::int32_t bisected_samples = 64;
-  //! ... and at most this many of them per round at the fewest rounds: a round's layout tries
-  //! 2^(n-1) splits of its n samples, and the rounds' search asks for thousands of layouts
-  //! (long_tail/s1, 43 samples in 3 rounds on 64 ranks: 0.57 -> 1.9 s, for no better plan).
+  //! ... and at most this many per round: a round's layout tries 2^(n-1) splits.
   double bisected_round_samples = 10;
-  //! A round's samples are split between two halves by trying every split up to this many
-  //! samples (at most 20), by a greedy split past it...
+  //! Every split of a round's samples up to this many samples (at most 20), greedy past it.
   std::int32_t bisected_exhaustive = 12;
-  //! ...and the halves of this many of the most even splits that place both are laid out in
-  //! turn, the fastest kept: on context_ext/256 (41 samples of 300K-1M tokens on 256 ranks) one
-  //! such split per block reaches 0.967 of the budget-aware bound, four 0.98.
+  //! The most even splits whose halves are laid out in turn, the fastest kept.
   std::int32_t bisected_splits = 4;
-  //! Round counts tried: from the fewest that hold the samples' tokens at `bisected_fill` of
-  //! the world's to this many micro-batch multiples more.
+  //! Round counts tried: up to this many micro-batch multiples past the fewest...
   std::int32_t bisected_extra_rounds = 3;
+  //! ... that hold the samples' tokens at this share of the world's.
   double bisected_fill = 0.97;
-  //! The rounds' search (of three deals each): at most this many moves or swaps of one sample
-  //! between two rounds, the one that lowers their two times most each time...
+  //! Moves or swaps of the rounds' search, the best one each time.
   std::int32_t bisected_steps = 64;
-  //! ... and at most this many tried, per deal and round count, and none once the construction
-  //! has laid out this many sets of samples on blocks of ranks in all (each costs a few
-  //! microseconds and is remembered: long_tail/48/s3 asks for 74,000 over four round counts,
-  //! 0.23 s, context_ext/256 for 49,000, its best plan at the second count after 38,000)...
+  //! Tries per deal and round count, and layouts in all: a layout costs microseconds.
   std::int64_t bisected_trials = 4096;
   std::int64_t bisected_layouts = 40000;
-  //! ... or once it has weighed this many splits of a set between two blocks per sample and
-  //! rank of the batch (a split costs nanoseconds, a layout thousands of them where all its
-  //! splits are tried): the search's cost follows the batch's size, as the rest of the planner's
-  //! does. At 32, 100-sample batches on 48 ranks plan in 1-4 ms, not 60-120; long_tail/48/s2
-  //! under length^2/cp, the batch that needs most (50 per sample and rank in all), keeps its
-  //! plan from 16 up.
+  //! Splits weighed per sample and rank of the batch: the search's cost follows the batch's size.
   double bisected_work = 32;
-  //! The rounds also with ranks left free for the other samples (each round's members on a block
-  //! of eighths of the world, `detail::reserved_blocks`), at the round count where that promises
-  //! the least time; those samples dealt first to the free ranks, the rest packed apart; the
-  //! fastest plan competes. context_ext/64 two-tier: a round's long samples on 16 ranks, its
-  //! other 48 holding short ones, 0.956 -> 0.984 of the budget-aware bound. Built at one count
-  //! only: at every count, its packings of the rest cost long_tail/48/s3 under length^2/cp 77%
-  //! more instructions per plan; at one, 0.2% (long_tail/24/s1, whose plan it improves, 13%).
+  //! The rounds also with ranks left free for the other samples, at one round count.
   bool bisected_reserve = true;
 
   // ---- the levelled construction ---------------------------------------------------------------
-  //! A sample may join a group of a larger CP size when that costs at most this factor of its
-  //! rank area (the first run; the variants use the two below).
+  //! A larger group where it costs at most this factor of the sample's rank area (first run).
   double reach_area = 1.05;
   double narrow_reach_area = 1.0; //!< first variant: only where the area does not grow
   double wide_reach_area = 1.10;  //!< second variant: where a batch needs wide groups filled
-  //! A sample above its round's level moves to a larger group when its area grows at most by
-  //! this factor: long samples, whose attention dominates, spread almost for free.
+  //! A sample above its round's level spreads where its area grows at most this factor.
   double raise_area = 1.02;
-  //! Fourth variant: the default reach with raises up to this factor of area. Where a long
-  //! sample must span nodes, a larger group costs it more area (the slower ring), but leaving it
-  //! on its smallest group makes its round as slow as it: on the two-tier h100 model this lifts
-  //! long_tail/48/s3 from 0.89 to 0.96 and long_tail/s1 from 0.925 to 0.95.
+  //! Fourth variant: raises up to this factor, for long samples that must span nodes.
   double wide_raise_area = 1.25;
-  //! The first levelled run (the only one past `levelled_variants_limit`) lets samples that fit
-  //! no group within their reach ride in a larger group's slack (`levelled_reach::free_ride`);
-  //! below the limit the same run without rides competes too. On the two-tier h100 model rides
-  //! lift long_tail/1024 from 0.920 to 0.943 (past Megatron's 0.930), but lose on some smaller
-  //! batches (long_tail/s1 0.943 -> 0.932 alone): hence both where both are affordable.
+  //! The first levelled run lets samples ride in a larger group's slack; below the variants'
+  //! limit the same run without rides competes too (rides lose on some smaller batches).
   bool free_ride = true;
-  //! A ride costs the rider at most this factor of its area: short samples riding in a wide
-  //! group pay its ring's latency many times over (bimodal/96/s2 loses 0.969 -> 0.961 at 4x).
+  //! A ride costs the rider at most this factor of its area (a wide ring's latency).
   double ride_area = 2.0;
-  //! Third variant: a sample costing more than this share of its round's level joins no group
-  //! (two heavy samples stacked make one group as slow as both); 0 drops the variant.
+  //! Third variant: a sample above this share of its round's level joins no group (0: none).
   double heavy_share = 0.4;
-  //! Where the levelled rounds must be raised to the micro-batch multiple and their groups hold
-  //! at least this many samples each on average, rounds are halved inside their groups
-  //! (`halve_to_multiple`: every rank keeps working); with fewer, they are split by groups
-  //! (`split_to_multiple`), whose idle ranks let the local search widen the groups of long
-  //! samples. 2,500 samples of 1-64 tokens on 6 ranks at a multiple of 16 (~100 per group):
-  //! planning 0.55 s -> 0.03 s; 83 samples on 96 ranks at a multiple of 3 (~1 per group):
-  //! halving there would be 41% slower.
+  //! Rounds raised to the micro-batch multiple are halved inside their groups where these hold
+  //! this many samples each on average (every rank keeps working), else split by groups.
   double halve_samples_per_group = 4;
   //! A round ends early only after this many misses in a row (a full scan is cheap before)...
   std::int32_t early_end_misses = 256;
   //! ...that are at least 1/this of the samples left, and is checked again after 1/this more.
   std::int32_t early_end_fraction = 8;
-  //! A full round (no free ranks, no room for the smallest sample) is looked for every this
-  //! many misses: checking after each would cost more than the misses it saves.
+  //! A full round is looked for every this many misses: each check costs more than a miss.
   std::int32_t full_round_check_every = 16;
 
-  // ---- the targeted construction and placement
-  // ---------------------------------------------------
-  //! Groups examined per CP size when placing a sample: enough to find token room past the
-  //! first few full groups, few enough to keep placement O(log groups).
+  // ---- the targeted construction and placement --------------------------------------------
+  //! Groups examined per CP size when placing a sample: room past the first full ones, O(log).
   std::int32_t candidates_per_size = 8;
-  //! Passes that raise CP sizes toward the per-rank target (the target falls as sizes rise;
-  //! it settles within three).
+  //! Passes raising CP sizes toward the per-rank target: the target settles within three.
   std::int32_t raise_passes = 3;
 
   // ---- portfolio -------------------------------------------------------------------------------
-  //! With `extra_microbatches = -1`, up to 1/this more rounds than the token minimum (at least
-  //! one micro-batch multiple); every round pays the micro-batch overhead, so the rounds a plan
-  //! takes are the ones that pay for themselves. 1 (up to twice the minimum): under the two-tier
-  //! network the benchmark's bimodal/s1 needs 33 rounds where the token minimum is 24 (0.82 of
-  //! the bound at 30 or fewer, 0.99 at 33), since a sample that must span nodes is best left
-  //! alone in its group rather than joined by short ones that pay its slow ring.
+  //! With `extra_microbatches = -1`, up to 1/this more rounds than the token minimum: a sample
+  //! that spans nodes is best alone in its round, and every round pays its overhead.
   std::int32_t extra_rounds_divisor = 1;
-  //! After the portfolio, the local search runs once more on the best plan with a micro-batch
-  //! multiple of empty rounds added (within the allowance), up to `spill_limit` samples x ranks,
-  //! this many times while it pays: no construction takes a round just to shed a dominant
-  //! sample's small companions (three samples on 32 ranks, one of 64K: 0.969 s in one round,
-  //! 0.876 s in two). Under length^2/cp it lifts long_tail/48/s1 from 0.89 to 0.96 and pareto/s3
-  //! from 0.94 to 0.975 of the bound; on the benchmark a second pass never paid.
+  //! The search again with a multiple of empty rounds added, while it pays, up to the limit:
+  //! no construction takes a round only to shed a dominant sample's small companions.
   std::int32_t spill_passes = 1;
   std::int64_t spill_limit = std::int64_t{1} << 17;
-  //! Tiles of ranks are traded between the best plan's rounds (`detail::exchange_tiles`) before
-  //! the final search and last of all, the tile sizes swept up to this many times while one
-  //! pays; 0 turns it off. Two-tier long_tail/1024: 0.948 -> 0.958 of the budget-aware bound, as
-  //! the 16-rank groups of its long samples gather in fewer rounds; 72 of the benchmark's 180
-  //! plans faster, one 0.02% slower. A second sweep gained 0.0001 s on long_tail/1024, nothing
-  //! else.
+  //! Sweeps of the tile exchange over the tile sizes while one pays (0: none).
   std::int32_t tile_exchange_sweeps = 1;
-  //! A construction this factor slower than the best plan so far is not improved: the local
-  //! search does not close such a gap, and it is the costly part.
+  //! A construction this factor slower than the best so far is not improved: the search does
+  //! not close such a gap, and it is the costly part.
   double improve_within = 1.25;
-  //! ...except the megatron construction's plan, improved after the other steps where it is
-  //! within this factor of the best: from that start the local search does close wider gaps
-  //! (three seeded batches on 3 ranks at multiples 2-4 started 1.42-1.50x behind and won by up
-  //! to 5%), but not one 5.4x behind (2,500 samples of 1-64 tokens on 6 ranks at a multiple of
-  //! 16: 2.96x after 0.54 s of search, 80% of the planning time).
+  //! ... but the megatron plan within this factor is: from that start the search does.
   double megatron_improve_within = 2;
-  //! Past the megatron limit, the megatron plan still competes, as it is and last, where the
-  //! batch has at most this many samples per rank: there the groups must take the ranks the
-  //! samples leave, which megatron_greedy does and the constructions may not (4,096 samples of
-  //! 1-8K tokens on 4,096 contiguous ranks: 0.48 of the bound, one sample per rank, against
-  //! megatron_greedy's 0.90; on 256 and 1,024 ranks 0.6% and 3% slower). It costs a
-  //! megatron_greedy run (0.6 s on 16,384 contiguous ranks). 0 drops it.
+  //! Past the megatron limit the megatron plan competes, as it is, with at most this many
+  //! samples per rank: there groups must take the ranks samples leave (0: never).
   double megatron_samples_per_rank = 16;
-  //! In the contiguous topology, the portfolio also runs on the aligned sizes alone (powers of
-  //! two, aligned first ranks: legal contiguous groups at the same cost), and the local search
-  //! improves that plan with every contiguous size. The contiguous ladders (a sample's smallest
-  //! size, doubled) cut the world into ranges that pack worse: on the two-tier h100 model
-  //! long_tail/s1 went 0.873 -> 0.943 of the bound with it, and long_tail/s2 and /s3, 1% slower
-  //! than megatron_greedy before, now beat it. It about doubles the planning time there, so it
-  //! runs only where the best plan so far is more than `aligned_gap` above the lower bound (under
-  //! length^2/cp the contiguous plans are within 0.1% of it, and short_only/s1 would take 81 ms
-  //! instead of 39 for nothing).
+  //! Contiguous worlds: the portfolio also on the aligned sizes alone (the contiguous ladders
+  //! cut the world into ranges that pack worse), where the best is past `aligned_gap`.
   bool aligned_in_contiguous = true;
   double aligned_gap = 5e-3;
-  //! A plan within this fraction of the lower bound ends the portfolio: no other step or pass
-  //! can gain more than rounding noise...
+  //! A plan within this fraction of the lower bound ends the portfolio (rounding noise)...
   double bound_reached = 1e-9;
-  //! ...and past `levelled_variants_limit`, within this one: a gain of at most half a percent is
-  //! not worth the levelled run on a large batch (65,536 samples on 1,024 ranks under
-  //! length^2/cp: the fixed-size plan is within 0.4% of the bound, and the levelled run after it
-  //! would double the planning time to 66 ms, past the 50 ms target).
+  //! ...and past `levelled_variants_limit`, within this one: not worth a levelled run there.
   double bound_reached_large = 5e-3;
-  //! A larger CP size counts as less area only below this factor of the smaller one's: rounding
-  //! noise in cost x cp must not pick a larger group.
+  //! A larger CP size counts as less area only below this factor: noise must not pick it.
   double area_noise = 1.0 - 1e-9;
 
-  // ---- the local search
-  // --------------------------------------------------------------------------
-  //! Sweeps over the rounds: the search has converged long before on every benchmark batch.
+  // ---- the local search ----------------------------------------------------------------------
+  //! Sweeps over the rounds: the search converges long before.
   std::int32_t improvement_sweeps = 16;
   //! Moves per round and sweep, in multiples of the world size (every rank's group once).
   std::int32_t moves_per_rank = 4;
-  //! Groups examined per CP size for a move or a swap: wide below `wide_search_limit` (finds
-  //! better moves on small batches), narrow above it (where each examined group costs most).
+  //! Groups examined per CP size for a move or a swap: wide on small batches (better moves),
+  //! narrow from `wide_search_limit` on (where each examined group costs most).
   std::int32_t wide_candidates = 64;
   std::int32_t narrow_candidates = 8;
   std::int64_t wide_search_limit = std::int64_t{1} << 18;
-  //! The best plan goes through the search once more with `final_candidates_factor` times the
-  //! candidates, where it is not at the lower bound yet, on batches below `wide_search_limit`
-  //! (64 -> 256) and from `final_search_from` on (8 -> 32); once, on one plan, it costs a few to
-  //! 25 ms where a wider search for every construction would not. Two-tier: long_tail/1024
-  //! 19.794 -> 19.758 s (past megatron_greedy's contiguous 19.787) for 6 ms, long_tail/s1
-  //! 9.430 -> 9.423 and bimodal/96/s2 16.221 -> 16.196 for 12-19 ms; 32 for every construction
-  //! took long_tail/1024 under length^2/cp from 35 to 57 ms. Between the two (where the 1 ms
-  //! target of 4,096 samples on 64 ranks lies) it would cost sft_lognormal/s1 0.85 -> 1.2 ms for
-  //! 0.002%.
+  //! The best plan searched once more with this factor of candidates, below
+  //! `wide_search_limit` and from `final_search_from` on: once, on one plan, it is affordable.
   std::int32_t final_candidates_factor = 4;
   std::int64_t final_search_from = std::int64_t{1} << 22;
-  //! Swaps: samples of other groups examined per sample of the critical group and CP size. A
-  //! swap looks at every sample of each candidate group, so groups of hundreds of tiny samples
-  //! made the search quadratic in them (20,000 samples of 1-64 tokens on 6 ranks with a
-  //! micro-batch multiple of 16: 127 s); the cap leaves groups of up to 16 samples at 64
-  //! candidates untouched.
+  //! Swaps: samples of other groups examined per critical sample and size (groups of many tiny
+  //! samples made the search quadratic in them).
   std::int64_t swap_samples = 1024;
-  //! The search's headroom index is a heap from this many groups on, else a std::set (the same
-  //! order, so the same plans; `set_headroom_index`, `heap_headroom_index`): where a round's
-  //! maximum moves, each of its groups is filed again, and the set's node updates took 17% of
-  //! the planning of 65,536 samples on 1,024 ranks, while on small batches its walks are cheaper
-  //! (a heap's walk costs more per entry: with heaps everywhere, long_tail/s1 planned 1.4x
-  //! slower).
+  //! The headroom index is a heap from this many groups on, else a std::set (the same order):
+  //! the set's updates cost most on large batches, the heap's walks on small ones.
   std::int64_t heap_index_groups = 4096;
   //! A move must gain more than this fraction of the step time: no chasing rounding noise.
   double gain_epsilon = 1e-12;

@@ -1,6 +1,6 @@
-// The gap term of `budget_lower_bound` (evaluate.hpp): samples of one smallest CP size, each in
-// a round with a slower one, leave gaps on their groups that the other samples fill at a loss,
-// unless the plan pays for more micro-batches.
+// The gap term of `budget_lower_bound` (budget_lower_bound.hpp; docs/bounds.md section 4): samples
+// of one smallest CP size, each in a round with a slower one, leave gaps on their groups that the
+// other samples fill at a loss, unless the plan pays for more micro-batches.
 #pragma once
 
 #include <algorithm>
@@ -147,46 +147,29 @@ struct gap_class {
   std::vector<std::vector<std::int32_t>> runs;
 };
 
-//! The gap term for the samples whose smallest legal size is `smallest` (the class, its rows
-//! `member_rows`; at most `most_members` of them, the slowest by own time). `lengths`: the batch's
-//! rows; `all`: `make_gap_fillers`'s table; `fewest`: the fewest rounds any plan has.
-//! `budget_lower_bound` has the proof.
-template <workload_estimator Estimator>
-gap_class gap_bound(const problem& pr, const Estimator& estimator, std::int32_t smallest,
-                    std::vector<std::size_t> member_rows, const gap_rows& lengths,
-                    const gap_fillers& all, std::int64_t fewest, double overhead) {
-  constexpr std::size_t most_members = 128;
+//! One legal size of a member row in the gap term: its time, area past the least, and the least
+//! charge of the gaps from each step of the fillers' best yield on (the steps' start, and the
+//! least charge from there on).
+struct gap_option {
+  double time;
+  double past;
+  double ranks;
+  bool shared;               // another member fits beside: only `past` is charged
+  std::vector<double> steps; // gap lengths where the best yield rises
+  std::vector<double> yields;
+  std::vector<double> least_from; // least charge at a step or a later one
+};
+
+//! The fillers per size for a class: every other sample legal there, by time; those of times
+//! within `merge_within` of each other as one, of their least time and tokens and their best
+//! yield (it fits and yields wherever one of them does, so the gaps' charge only falls; a few
+//! hundred per size instead of one per length).
+inline std::vector<std::vector<gap_fillers::entry>>
+gap_class_fillers(const gap_fillers& all, const std::vector<std::size_t>& count,
+                  const std::vector<std::size_t>& in_class) {
   constexpr double merge_within = 1.0 / 128;
-  constexpr double never = std::numeric_limits<double>::infinity();
-  const std::span<const std::int32_t> row_of = lengths.row_of, first_of = lengths.first_of;
-  const std::vector<length_least>& least = lengths.least;
-  const std::vector<std::size_t>& count = lengths.count;
-  const double total = lengths.total;
-  const std::size_t rows = first_of.size();
-  const double world = pr.options.world_size;
-  const auto budget = pr.options.max_tokens_per_rank;
-  const auto first = [&](std::size_t r) { return static_cast<std::size_t>(first_of[r]); };
-  // the members: the class's samples by own time, slowest first (as rows with counts)
-  std::sort(member_rows.begin(), member_rows.end(), [&](std::size_t a, std::size_t b) {
-    return least[a].own_time != least[b].own_time ? least[a].own_time > least[b].own_time : a < b;
-  });
-  std::vector<std::size_t> in_class(rows, 0); // members per row
-  std::vector<std::size_t> members;           // per member: its row, slowest first
-  for (const std::size_t r : member_rows)
-    for (std::size_t k = 0; k < count[r] && members.size() < most_members; ++k) {
-      members.push_back(r);
-      ++in_class[r];
-    }
-  gap_class out{smallest, 0.0, {}};
-  if (members.size() < 2 || !(overhead > 0))
-    return out;
-  // the fillers per size: every other sample legal there, by time; those of times within
-  // `merge_within` of each other as one, of their least time and tokens and their best yield
-  // (it fits and yields wherever one of them does, so the gaps' charge only falls; a few hundred
-  // per size instead of one per length)
-  const std::size_t sizes = pr.cp_sizes.size();
-  std::vector<std::vector<gap_fillers::entry>> fillers(sizes);
-  for (std::size_t c = 0; c < sizes; ++c)
+  std::vector<std::vector<gap_fillers::entry>> fillers(all.by_size.size());
+  for (std::size_t c = 0; c < all.by_size.size(); ++c)
     for (const gap_fillers::entry& f : all.by_size[c]) {
       if (count[f.row] == in_class[f.row])
         continue; // every sample of this length is a member
@@ -198,102 +181,95 @@ gap_class gap_bound(const problem& pr, const Estimator& estimator, std::int32_t 
         fs.push_back(f);
       }
     }
-  // per member row and legal size: time, area past the least, and the least charge of the gaps
-  // from each step of the fillers' best yield on (the steps' start, and the least charge from
-  // there on)
-  struct option {
-    double time;
-    double past;
-    double ranks;
-    bool shared;               // another member fits beside: only `past` is charged
-    std::vector<double> steps; // gap lengths where the best yield rises
-    std::vector<double> yields;
-    std::vector<double> least_from; // least charge at a step or a later one
-  };
-  std::vector<std::vector<option>> options(rows);
-  std::vector<double> faster(rows, never); // least `past` of a size faster than its own time
-  for (const std::size_t r : member_rows) {
-    if (in_class[r] == 0)
+  return fillers;
+}
+
+//! Member row `r`'s option on size `cp` (index `c`), sample `i` of it.
+template <workload_estimator Estimator>
+gap_option make_gap_option(const problem& pr, const Estimator& estimator, std::size_t r,
+                           std::size_t i, std::size_t c, const gap_rows& lengths,
+                           const std::vector<std::size_t>& member_rows,
+                           const std::vector<std::size_t>& in_class,
+                           const std::vector<gap_fillers::entry>& fillers) {
+  const std::int32_t cp = pr.cp_sizes[c];
+  gap_option o{sample_cost(pr, estimator, i, cp), 0.0, static_cast<double>(cp), false, {}, {}, {}};
+  o.past = std::max(0.0, o.time * cp - lengths.least[r].area);
+  const std::int64_t room = pr.options.max_tokens_per_rank - pr.rank_tokens(i, cp);
+  for (const std::size_t q : member_rows)
+    if ((q != r || in_class[r] > 1) && in_class[q] > 0 &&
+        pr.rank_tokens(static_cast<std::size_t>(lengths.first_of[q]), cp) <= room)
+      o.shared = true;
+  if (o.shared)
+    return o;
+  double best = 0;
+  for (const gap_fillers::entry& f : fillers) {
+    if (best >= 1)
+      break;
+    if (f.tokens <= room && f.yield > best) {
+      best = f.yield;
+      o.steps.push_back(f.time);
+      o.yields.push_back(best);
+      o.least_from.push_back(o.past + o.ranks * f.time * (1 - best));
+    }
+  }
+  for (std::size_t s = o.least_from.size(); s-- > 1;)
+    o.least_from[s - 1] = std::min(o.least_from[s - 1], o.least_from[s]);
+  return o;
+}
+
+//! The least charge of a member with options `options` in a round of time t >= its own time, or
+//! in any later round (never more than `faster`: a faster size in a round below its own time).
+inline double gap_charge(const std::vector<gap_option>& options, double faster, double t) {
+  double least_charge = faster;
+  for (const gap_option& o : options) {
+    if (o.shared || o.time > t) {
+      least_charge = std::min(least_charge, o.past);
       continue;
-    const std::size_t i = first(r);
-    for (std::size_t c = 0; c < sizes; ++c) {
-      const std::int32_t cp = pr.cp_sizes[c];
-      if (cp < smallest)
-        continue;
-      option o{sample_cost(pr, estimator, i, cp), 0.0, static_cast<double>(cp), false, {}, {}, {}};
-      o.past = std::max(0.0, o.time * cp - least[r].area);
-      const std::int64_t room = budget - pr.rank_tokens(i, cp);
-      for (const std::size_t q : member_rows)
-        if ((q != r || in_class[r] > 1) && in_class[q] > 0 && pr.rank_tokens(first(q), cp) <= room)
-          o.shared = true;
-      if (!o.shared) {
-        double best = 0;
-        for (const gap_fillers::entry& f : fillers[c]) {
-          if (best >= 1)
-            break;
-          if (f.tokens <= room && f.yield > best) {
-            best = f.yield;
-            o.steps.push_back(f.time);
-            o.yields.push_back(best);
-            o.least_from.push_back(o.past + o.ranks * f.time * (1 - best));
-          }
-        }
-        for (std::size_t s = o.least_from.size(); s-- > 1;)
-          o.least_from[s - 1] = std::min(o.least_from[s - 1], o.least_from[s]);
-      }
-      if (o.time < least[r].own_time)
-        faster[r] = std::min(faster[r], o.past);
-      options[r].push_back(std::move(o));
     }
+    const double gap = t - o.time;
+    const auto s = static_cast<std::size_t>(std::upper_bound(o.steps.begin(), o.steps.end(), gap) -
+                                            o.steps.begin());
+    const double yield = s > 0 ? o.yields[s - 1] : 0.0;
+    least_charge = std::min(least_charge, o.past + o.ranks * gap * (1 - yield));
+    if (s < o.least_from.size())
+      least_charge = std::min(least_charge, o.least_from[s]);
   }
-  // the least charge of a member of row r in a round of time t >= its own time, or in any later
-  // round (never more than `faster`: a faster size in a round below its own time)
-  const auto charge = [&](std::size_t r, double t) {
-    double least_charge = faster[r];
-    for (const option& o : options[r]) {
-      if (o.shared || o.time > t) {
-        least_charge = std::min(least_charge, o.past);
-        continue;
-      }
-      const double gap = t - o.time;
-      const auto s = static_cast<std::size_t>(
-          std::upper_bound(o.steps.begin(), o.steps.end(), gap) - o.steps.begin());
-      const double yield = s > 0 ? o.yields[s - 1] : 0.0;
-      least_charge = std::min(least_charge, o.past + o.ranks * gap * (1 - yield));
-      if (s < o.least_from.size())
-        least_charge = std::min(least_charge, o.least_from[s]);
-    }
-    return least_charge;
-  };
-  // cost[s][p - s]: member p served by a round at member s's own time (s <= p)
-  const std::size_t m = members.size();
-  std::vector<std::vector<double>> cost(m);
-  for (std::size_t s = 0; s < m; ++s) {
-    cost[s].resize(m - s);
-    for (std::size_t p = s; p < m; ++p)
-      cost[s][p - s] = s > 0 && members[s] == members[s - 1] && p > s
-                           ? cost[s - 1][p - s + 1]
-                           : charge(members[p], least[members[s]].own_time);
-  }
+  return least_charge;
+}
+
+//! The DP over runs of members (docs/bounds.md section 4): `cost[s][p - s]` is member p served
+//! by a round at member s's own time, `faster[p]` what member p pays before the first round.
+//! Gives the bound (with the overhead of max(k, `fewest`) rounds), its number of rounds `k` and
+//! `from[k][j]`, where the last run of the first j members ends when k rounds serve them.
+struct gap_rounds {
+  double bound = 0;
+  std::size_t k = 0;
+  std::vector<std::vector<std::size_t>> from;
+};
+
+inline gap_rounds least_gap_rounds(const std::vector<std::vector<double>>& cost,
+                                   const std::vector<double>& faster, double total, double world,
+                                   std::int64_t fewest, double overhead) {
+  constexpr double never = std::numeric_limits<double>::infinity();
+  const std::size_t m = cost.size();
   // served[j]: the least charge of the first j members with k rounds' times placed (the members
-  // before the first round pay `faster`); the bound with k rounds, for k = 0, 1, ...; from[k][j]:
-  // where the last run of the first j ends when k rounds serve them
+  // before the first round pay `faster`), for k = 0, 1, ...
   std::vector<double> served(m + 1, 0.0);
   std::vector<double> next(m + 1);
-  std::vector<std::vector<std::size_t>> from(1);
+  gap_rounds out;
+  out.from.resize(1);
   for (std::size_t j = 0; j < m; ++j)
-    served[j + 1] = served[j] + faster[members[j]];
+    served[j + 1] = served[j] + faster[j];
   const auto fewest_rounds = static_cast<double>(fewest);
   out.bound = (total + served[m]) / world + fewest_rounds * overhead;
   double least_served = served[m];
-  std::size_t least_k = 0; // the k of least_served, and that of the bound
-  std::size_t best_k = 0;
+  std::size_t least_k = 0; // the k of least_served
   for (std::size_t k = 1; k <= m; ++k) {
     const double rounds = std::max(static_cast<double>(k), fewest_rounds);
     if (total / world + rounds * overhead >= out.bound)
       break; // more rounds cost more than any charge they could save
     std::fill(next.begin(), next.end(), never);
-    std::vector<std::size_t>& last = from.emplace_back(m + 1, 0);
+    std::vector<std::size_t>& last = out.from.emplace_back(m + 1, 0);
     for (std::size_t s = 0; s < m; ++s) {
       if (served[s] == never)
         continue;
@@ -314,9 +290,73 @@ gap_class gap_bound(const problem& pr, const Estimator& estimator, std::int32_t 
     if (const double bound = (total + least_served) / world + rounds * overhead;
         bound < out.bound) {
       out.bound = bound;
-      best_k = least_k;
+      out.k = least_k;
     }
   }
+  return out;
+}
+
+//! The gap term for the samples whose smallest legal size is `smallest` (the class, its rows
+//! `member_rows`; at most `most_members` of them, the slowest by own time). `lengths`: the batch's
+//! rows; `all`: `make_gap_fillers`'s table; `fewest`: the fewest rounds any plan has.
+//! docs/bounds.md section 4 has the proof.
+template <workload_estimator Estimator>
+gap_class gap_bound(const problem& pr, const Estimator& estimator, std::int32_t smallest,
+                    std::vector<std::size_t> member_rows, const gap_rows& lengths,
+                    const gap_fillers& all, std::int64_t fewest, double overhead) {
+  constexpr std::size_t most_members = 128;
+  constexpr double never = std::numeric_limits<double>::infinity();
+  const std::span<const std::int32_t> row_of = lengths.row_of, first_of = lengths.first_of;
+  const std::vector<length_least>& least = lengths.least;
+  const std::vector<std::size_t>& count = lengths.count;
+  const std::size_t rows = first_of.size();
+  // the members: the class's samples by own time, slowest first (as rows with counts)
+  std::sort(member_rows.begin(), member_rows.end(), [&](std::size_t a, std::size_t b) {
+    return least[a].own_time != least[b].own_time ? least[a].own_time > least[b].own_time : a < b;
+  });
+  std::vector<std::size_t> in_class(rows, 0); // members per row
+  std::vector<std::size_t> members;           // per member: its row, slowest first
+  for (const std::size_t r : member_rows)
+    for (std::size_t k = 0; k < count[r] && members.size() < most_members; ++k) {
+      members.push_back(r);
+      ++in_class[r];
+    }
+  gap_class out{smallest, 0.0, {}};
+  if (members.size() < 2 || !(overhead > 0))
+    return out;
+  const auto fillers = gap_class_fillers(all, count, in_class);
+  std::vector<std::vector<gap_option>> options(rows);
+  std::vector<double> faster(rows, never); // least `past` of a size faster than its own time
+  for (const std::size_t r : member_rows) {
+    if (in_class[r] == 0)
+      continue;
+    const auto i = static_cast<std::size_t>(first_of[r]);
+    for (std::size_t c = 0; c < pr.cp_sizes.size(); ++c) {
+      if (pr.cp_sizes[c] < smallest)
+        continue;
+      gap_option o =
+          make_gap_option(pr, estimator, r, i, c, lengths, member_rows, in_class, fillers[c]);
+      if (o.time < least[r].own_time)
+        faster[r] = std::min(faster[r], o.past);
+      options[r].push_back(std::move(o));
+    }
+  }
+  // cost[s][p - s]: member p served by a round at member s's own time (s <= p)
+  const std::size_t m = members.size();
+  std::vector<std::vector<double>> cost(m);
+  std::vector<double> member_faster(m);
+  for (std::size_t s = 0; s < m; ++s) {
+    member_faster[s] = faster[members[s]];
+    cost[s].resize(m - s);
+    for (std::size_t p = s; p < m; ++p)
+      cost[s][p - s] =
+          s > 0 && members[s] == members[s - 1] && p > s
+              ? cost[s - 1][p - s + 1]
+              : gap_charge(options[members[p]], faster[members[p]], least[members[s]].own_time);
+  }
+  const gap_rounds best =
+      least_gap_rounds(cost, member_faster, lengths.total, pr.options.world_size, fewest, overhead);
+  out.bound = best.bound;
   // the runs of the bound, as sample ids (a row's members are its first samples)
   std::vector<std::vector<std::int32_t>> samples_of(rows);
   for (std::size_t i = 0; i < row_of.size(); ++i)
@@ -327,8 +367,8 @@ gap_class gap_bound(const problem& pr, const Estimator& estimator, std::int32_t 
   for (std::size_t p = 0; p < m; ++p)
     sample_of[p] = samples_of[members[p]][taken[members[p]]++];
   std::size_t end = m;
-  for (std::size_t k = best_k; k > 0; --k) {
-    const std::size_t begin = from[k][end];
+  for (std::size_t k = best.k; k > 0; --k) {
+    const std::size_t begin = best.from[k][end];
     out.runs.emplace_back(sample_of.begin() + static_cast<std::ptrdiff_t>(begin),
                           sample_of.begin() + static_cast<std::ptrdiff_t>(end));
     end = begin;

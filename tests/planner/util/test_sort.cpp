@@ -1,5 +1,5 @@
-// Tests for include/dcpp/planner/sort.hpp and include/dcpp/planner/node_pool.hpp.
-#include "../support.hpp"
+// Tests for include/dcpp/planner/util/sort.hpp and include/dcpp/planner/util/node_pool.hpp.
+#include "../../support.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "dcpp/planner/node_pool.hpp"
-#include "dcpp/planner/sort.hpp"
+#include "dcpp/planner/util/node_pool.hpp"
+#include "dcpp/planner/util/sort.hpp"
 #include "dcpp/workload/generators.hpp"
 
 TEST_CASE("sort_ids_by_key: the order of a stable sort by the key, ties by id") {

@@ -1,5 +1,5 @@
-// Tests for include/dcpp/planner/indexed_heap.hpp against a std::set.
-#include "../support.hpp"
+// Tests for include/dcpp/planner/util/indexed_heap.hpp against a std::set.
+#include "../../support.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "dcpp/planner/indexed_heap.hpp"
+#include "dcpp/planner/util/indexed_heap.hpp"
 #include "dcpp/workload/generators.hpp"
 
 namespace {

@@ -2,8 +2,8 @@
 // ids and sorted as values (no indirect lookups inside the comparisons). Keys made of numbers
 // (a number, or a pair or tuple of numbers) become order-preserving 64-bit words, spread into
 // buckets by their leading bits, large buckets split again by their next bits, and finished by
-// comparison (measured on 4,096 planner keys: 3-4x faster than std::sort on the pairs, whose
-// mispredicted branches dominate); other keys go to std::sort. Ties go to the lower id, so the
+// comparison (std::sort's mispredicted branches dominate on the pairs); other keys go to
+// std::sort. Ties go to the lower id, so the
 // order is total and the same on every platform, whichever sort runs.
 #pragma once
 

@@ -1,6 +1,6 @@
-// The slowest-round term of `budget_lower_bound` (evaluate.hpp): in a plan's slowest round, of
-// time tau, every sample sits on a size no slower than tau, and what the round's samples leave
-// of its N x tau rank time, by their tokens or by their groups, is paid on top of the least areas.
+// The whole-group charge of the slowest round (docs/bounds.md section 6): in the slowest round
+// every group has one size and its samples' times and rank-tokens add up within the round time
+// and the budget, which bounds what the round's samples fill of its N x tau rank time.
 #pragma once
 
 #include <algorithm>
@@ -12,20 +12,12 @@
 #include <utility>
 #include <vector>
 
+#include "dcpp/planner/bounds/gap.hpp"
 #include "dcpp/planner/costs.hpp"
 #include "dcpp/planner/estimator.hpp"
-#include "dcpp/planner/gap_bound.hpp"
 #include "dcpp/planner/options.hpp"
 
 namespace dcpp::detail {
-
-//! The slowest-round term's two values, each (A + the least charge over tau) / N before the
-//! micro-batch overhead: `fluid` fills the slowest round by rank-tokens alone, `whole` keeps its
-//! groups whole as well (never below `fluid`). See `budget_lower_bound` for both proofs.
-struct slowest_round_terms {
-  double fluid = 0;
-  double whole = 0;
-};
 
 //! The fluid charge from `tau` on (to the next state): paid + max(0, N tau' - carried) at tau'.
 struct fluid_state {
@@ -34,18 +26,17 @@ struct fluid_state {
   double carried;
 };
 
-//! The whole-group charge of the slowest round (`budget_lower_bound`'s comment has the proof).
+//! The whole-group charge of the slowest round (docs/bounds.md section 6).
 //! Rows in length order, per legal size their time and rank-tokens (infinite where not legal:
 //! a suffix of every size's column, since a longer length needs no smaller size), and per size
 //! the suffix minima of the times. `least_charge` bounds the charge over an interval of tau by
 //! one evaluation (`interval_charge`) and refines the intervals best first.
 class whole_group_rows {
 public:
-  //! Work allowed to `least_charge`, in rows x sizes evaluated: at most about half a second on
-  //! the development machine (some 33 ns each). The benchmark's workloads need 2 to 24
-  //! evaluations to reach their value (two-tier `long_tail/1024`: 24 of 78K each, 62 ms); past
-  //! the limit (or where two evaluations do not fit) the charge is the least bound of the
-  //! intervals still open, a valid but weaker value.
+  //! Work allowed to `least_charge`, in rows x sizes evaluated: a bound on the term's time far
+  //! above what the benchmark's workloads need (docs/bounds.md section 6); past the limit (or
+  //! where two evaluations do not fit) the charge is the least bound of the intervals still
+  //! open, a valid but weaker value.
   static constexpr double most_work = 1 << 24;
   //! The most rows x sizes it is built for (some 80 MB of tables and scratch); past it the term
   //! is the fluid one.
@@ -306,178 +297,5 @@ private:
   double slowest_own_time_ = 0; // the longest time of a length on its size of least area
   std::vector<double> time_, rank_tokens_, suffix_time_; // per size, per row in length order
 };
-
-//! The slowest-round term of `budget_lower_bound` (see there), before the micro-batch overhead:
-//! `fluid`, min over tau of (A + sum_i past_i(tau) + max(0, N tau - KS_tau(N M))) / N, tau from
-//! the least time every sample can reach, and `whole`, the same with each tau's charge also at
-//! least the whole-group charge (`whole_group_rows`). `lengths`: the batch's rows with their counts
-//! and least areas (`make_gap_rows`, or `budget_lower_bound`'s own), `total` their least areas
-//! summed. Per length, its area below tau falls in steps as tau passes the times of its sizes; tau
-//! is swept over those times once, each length's current area kept in a Fenwick tree over
-//! every (length, step) in knapsack order, so that KS is one descent: O(P log P) for P steps
-//! (lengths x legal sizes at most). Ties are broken by length, never by row number, so the
-//! sums come out the same with or without the problem's cost rows.
-template <workload_estimator Estimator>
-slowest_round_terms slowest_round_bounds(const problem& pr, const Estimator& estimator,
-                                         const gap_rows& lengths, double total,
-                                         double work_limit = whole_group_rows::most_work) {
-  const std::span<const std::int32_t> first_of = lengths.first_of;
-  const std::size_t rows = first_of.size();
-  if (rows == 0)
-    return {};
-  const double world = pr.options.world_size;
-  const double capacity = world * static_cast<double>(pr.options.max_tokens_per_rank);
-  // per length: its least rank-tokens and its steps (time, area: the least area of the sizes of
-  // at most that time), by time; `floor`: the least time every length reaches
-  struct step {
-    double time;
-    double area;
-    std::int64_t length;
-    std::size_t row;
-  };
-  std::vector<step> steps;
-  std::vector<double> tokens(rows, std::numeric_limits<double>::infinity());
-  std::vector<std::pair<double, double>> sizes; // (time, area) of one length
-  // every length's time and rank-tokens on every size (infinite where it is not legal), for the
-  // whole groups below, where they run
-  const std::size_t size_count = pr.cp_sizes.size();
-  const bool whole_groups =
-      size_count <= gap_bound_most_sizes && rows * size_count <= whole_group_rows::most_entries;
-  const std::size_t entries = whole_groups ? rows * size_count : 0;
-  std::vector<double> time_at(entries, std::numeric_limits<double>::infinity());
-  std::vector<double> rank_tokens_at(entries, std::numeric_limits<double>::infinity());
-  double floor = 0;
-  for (std::size_t r = 0; r < rows; ++r) {
-    const auto first = static_cast<std::size_t>(first_of[r]);
-    sizes.clear();
-    for (std::size_t s = 0; s < size_count; ++s) {
-      const std::int32_t cp = pr.cp_sizes[s];
-      if (cp >= pr.min_cp_of[first]) {
-        const double w = sample_cost(pr, estimator, first, cp);
-        const auto per_rank = static_cast<double>(pr.rank_tokens(first, cp));
-        sizes.emplace_back(w, w * cp);
-        tokens[r] = std::min(tokens[r], per_rank * cp);
-        if (whole_groups) {
-          time_at[r * size_count + s] = w;
-          rank_tokens_at[r * size_count + s] = per_rank;
-        }
-      }
-    }
-    if (sizes.empty())
-      return {};
-    std::sort(sizes.begin(), sizes.end());
-    floor = std::max(floor, sizes.front().first);
-    double least = std::numeric_limits<double>::infinity();
-    for (const auto& [w, a] : sizes)
-      if (a < least) {
-        least = a;
-        steps.push_back({w, a, pr.lengths[first], r});
-      }
-  }
-  if (std::ranges::any_of(tokens, [](double t) { return !(t > 0); }))
-    return {};
-  // the steps in knapsack order (most area per least rank-token first), each one's place there
-  const std::size_t n = steps.size();
-  std::vector<std::size_t> by_density(n);
-  for (std::size_t k = 0; k < n; ++k)
-    by_density[k] = k;
-  std::sort(by_density.begin(), by_density.end(), [&](std::size_t x, std::size_t y) {
-    const double dx = steps[x].area / tokens[steps[x].row];
-    const double dy = steps[y].area / tokens[steps[y].row];
-    if (dx != dy)
-      return dx > dy;
-    return steps[x].length != steps[y].length ? steps[x].length < steps[y].length
-                                              : steps[x].area < steps[y].area;
-  });
-  std::vector<std::size_t> place(n);
-  for (std::size_t k = 0; k < n; ++k)
-    place[by_density[k]] = k + 1; // Fenwick positions from 1
-  std::vector<double> tree_tokens(n + 1, 0.0);
-  std::vector<double> tree_area(n + 1, 0.0);
-  std::vector<double> at_tokens(n + 1, 0.0); // what each position holds now
-  std::vector<double> at_area(n + 1, 0.0);
-  const auto add = [&](std::size_t pos, double t, double a) {
-    at_tokens[pos] += t;
-    at_area[pos] += a;
-    for (; pos <= n; pos += pos & (~pos + 1)) {
-      tree_tokens[pos] += t;
-      tree_area[pos] += a;
-    }
-  };
-  // KS(capacity): the densest areas whose tokens fit, the last in part
-  const std::size_t top = std::bit_floor(n);
-  const auto carried = [&] {
-    std::size_t pos = 0;
-    double t = 0;
-    double a = 0;
-    for (std::size_t half = top; half > 0; half /= 2)
-      if (pos + half <= n && t + tree_tokens[pos + half] <= capacity) {
-        pos += half;
-        t += tree_tokens[pos];
-        a += tree_area[pos];
-      }
-    for (std::size_t next = pos + 1; next <= n; ++next) // the next position that holds tokens
-      if (at_tokens[next] > 0)
-        return a + at_area[next] * (capacity - t) / at_tokens[next];
-    return a;
-  };
-  // the sweep: steps by time (then length); each length's step replaces its last
-  std::vector<std::size_t> by_time(n);
-  for (std::size_t k = 0; k < n; ++k)
-    by_time[k] = k;
-  std::sort(by_time.begin(), by_time.end(), [&](std::size_t x, std::size_t y) {
-    if (steps[x].time != steps[y].time)
-      return steps[x].time < steps[y].time;
-    return steps[x].length != steps[y].length ? steps[x].length < steps[y].length
-                                              : steps[x].area > steps[y].area;
-  });
-  constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
-  std::vector<std::size_t> current(rows, none);
-  double past = 0;        // sum over the samples of their area below tau past their least
-  std::size_t raised = 0; // lengths whose area below tau is past their least: past is 0 without
-  double least = std::numeric_limits<double>::infinity();
-  std::vector<fluid_state> states; // at each step time from `floor` on
-  for (std::size_t k = 0; k < n;) {
-    const double tau = steps[by_time[k]].time;
-    for (; k < n && steps[by_time[k]].time == tau; ++k) {
-      const std::size_t x = by_time[k];
-      const std::size_t r = steps[x].row;
-      const auto count = static_cast<double>(lengths.count[r]);
-      if (current[r] != none) {
-        const step& was = steps[current[r]];
-        add(place[current[r]], -count * tokens[r], -count * was.area);
-        past -= count * (was.area - lengths.least[r].area);
-        raised -= was.area > lengths.least[r].area ? 1 : 0;
-      }
-      current[r] = x;
-      add(place[x], count * tokens[r], count * steps[x].area);
-      past += count * (steps[x].area - lengths.least[r].area);
-      raised += steps[x].area > lengths.least[r].area ? 1 : 0;
-    }
-    if (tau < floor)
-      continue;
-    // (past summed with subtractions may keep a rounding residue: none once no length is raised)
-    const double paid = raised == 0 ? 0.0 : std::max(0.0, past);
-    const double carry = carried();
-    least = std::min(least, paid + std::max(0.0, world * tau - carry));
-    states.push_back({tau, paid, carry});
-  }
-  slowest_round_terms out;
-  out.fluid = (total + least) / world;
-  out.whole = out.fluid;
-  if (whole_groups) {
-    const whole_group_rows whole(pr, lengths, time_at, rank_tokens_at);
-    out.whole =
-        std::max(out.fluid, (total + whole.least_charge(floor, states, work_limit)) / world);
-  }
-  return out;
-}
-
-//! The slowest-round term with whole groups (`slowest_round_bounds(...).whole`).
-template <workload_estimator Estimator>
-double slowest_round_bound(const problem& pr, const Estimator& estimator, const gap_rows& lengths,
-                           double total) {
-  return slowest_round_bounds(pr, estimator, lengths, total).whole;
-}
 
 } // namespace dcpp::detail

@@ -1,8 +1,8 @@
-// Tests for include/dcpp/planner/gap_bound.hpp: the classes and runs of the gap term (what the
+// Tests for include/dcpp/planner/bounds/gap.hpp: the classes and runs of the gap term (what the
 // chunked construction deals), against a count made here. The bound itself is tested against
 // every plan of small batches in test_plan.cpp.
-#include "../support.hpp"
-#include "plan_checks.hpp"
+#include "../../support.hpp"
+#include "../plan_checks.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -10,8 +10,9 @@
 #include <set>
 #include <vector>
 
+#include "dcpp/planner/bounds/budget_lower_bound.hpp"
+#include "dcpp/planner/bounds/gap.hpp"
 #include "dcpp/planner/evaluate.hpp"
-#include "dcpp/planner/gap_bound.hpp"
 #include "dcpp/planner/transformer_cost.hpp"
 #include "dcpp/workload/generators.hpp"
 

@@ -1,10 +1,10 @@
-// Tests for include/dcpp/planner/slowest_round.hpp: the budget-aware bound's slowest-round term,
-// fluid and with whole groups, against direct evaluations, the fastest plans of small batches
+// Tests for include/dcpp/planner/bounds/slowest_round.hpp: the budget-aware bound's slowest-round
+// term, fluid and with whole groups, against direct evaluations, the fastest plans of small batches
 // and the benchmark's long_tail/1024.
-#include "../support.hpp"
+#include "../../support.hpp"
 
-#include "../helpers.hpp"
-#include "enumerate.hpp"
+#include "../../helpers.hpp"
+#include "../enumerate.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,10 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "dcpp/planner/bounds/budget_lower_bound.hpp"
+#include "dcpp/planner/bounds/slowest_round.hpp"
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/evaluate.hpp"
 #include "dcpp/planner/packing/balanced.hpp"
-#include "dcpp/planner/slowest_round.hpp"
 #include "dcpp/planner/transformer_cost.hpp"
 #include "dcpp/workload/generators.hpp"
 

@@ -1,0 +1,444 @@
+// One run of the balanced portfolio (balanced.hpp): the best plan so far, the round allowance,
+// and the steps that build and improve plans, each a member function; `run` calls them in order.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "dcpp/core/math.hpp"
+#include "dcpp/planner/bounds/gap.hpp"
+#include "dcpp/planner/bounds/least_area.hpp"
+#include "dcpp/planner/bucketing.hpp"
+#include "dcpp/planner/cost_rows.hpp"
+#include "dcpp/planner/costs.hpp"
+#include "dcpp/planner/options.hpp"
+#include "dcpp/planner/packing.hpp"
+#include "dcpp/planner/packing/balanced/assignment.hpp"
+#include "dcpp/planner/packing/balanced/cp_sizes.hpp"
+#include "dcpp/planner/packing/balanced/exchange.hpp"
+#include "dcpp/planner/packing/balanced/levelled.hpp"
+#include "dcpp/planner/packing/balanced/local_search.hpp"
+#include "dcpp/planner/packing/balanced/steps.hpp"
+#include "dcpp/planner/packing/balanced/targeted.hpp"
+#include "dcpp/planner/packing/balanced/tiled.hpp"
+#include "dcpp/planner/packing/balanced/tuning.hpp"
+#include "dcpp/planner/packing/megatron_greedy.hpp"
+#include "dcpp/planner/packing/static_cp.hpp"
+
+namespace dcpp {
+
+namespace detail {
+
+//! One run of `Policy` (a `balanced_with`) on a problem: see `balanced_with` for what it does.
+//! `exchange`: with the tile exchange.
+template <class Policy, class Estimator>
+class balanced_run {
+public:
+  using state = assignment<Estimator>;
+  using bucketing_type = typename Policy::bucketing_type;
+
+  balanced_run(const Policy& policy, const problem& pr, const Estimator& estimator, bool exchange)
+      : policy_(policy), tuning_(policy.tuning), pr_(pr), estimator_(estimator),
+        exchange_(exchange), o_(pr.options), costs_(pr, estimator),
+        size_(std::int64_t{costs_.samples()} * o_.world_size),
+        candidates_(size_ < tuning_.wide_search_limit ? tuning_.wide_candidates
+                                                      : tuning_.narrow_candidates),
+        least_area_(least_area_sizes(costs_, tuning_)),
+        k_min_(token_lower_bound(costs_, least_area_)), allowed_(first_allowance()),
+        bound_(lower_bound(pr, estimator)),
+        floor_(bound_ *
+               (1 + (size_ <= tuning_.levelled_variants_limit ? tuning_.bound_reached
+                                                              : tuning_.bound_reached_large))),
+        with_megatron_(size_ <= tuning_.megatron_limit), steps_(balanced_steps(tuning_)) {}
+
+  plan run() {
+    start_with_megatron();
+    run_steps();
+    if (megatron_pending_ && !at_bound()) {
+      state a = state::from_plan(costs_, megatron_plan_);
+      if (a.step_time() <= tuning_.megatron_improve_within * best_step_)
+        keep_if_faster(a);
+    }
+    // no selected construction packed the batch within the bound: the megatron plan, improved
+    if (!have_plan_)
+      take_megatron(megatron_plan_);
+    spill_into_new_rounds();
+    final_search();
+    grow_into_idle_ranks();
+    megatron_with_few_samples();
+    aligned_in_contiguous();
+    // Last, the exchange once more: nothing runs after it, so that it only ever makes the plan
+    // faster.
+    exchange_best();
+    return std::move(best_);
+  }
+
+private:
+  static constexpr auto name = Policy::name;
+
+  //! Rounds beyond the token minimum: `extra_microbatches`, or up to 1/extra_rounds_divisor
+  //! more (as many again; at least one micro-batch multiple). Every plan pays the micro-batch
+  //! overhead per round, so a construction that uses more rounds wins only where they lower
+  //! step time + overhead x micro-batches.
+  [[nodiscard]] std::size_t first_allowance() const {
+    std::int64_t extra = std::int64_t{policy_.extra_microbatches} * o_.microbatch_multiple;
+    if (policy_.extra_microbatches < 0) {
+      const std::int64_t share = ceil_div<std::int64_t>(k_min_, tuning_.extra_rounds_divisor);
+      extra = round_up<std::int64_t>(std::max<std::int64_t>(1, share), o_.microbatch_multiple);
+    }
+    return static_cast<std::size_t>(k_min_ + extra);
+  }
+
+  const bucket_list& buckets() {
+    if (!buckets_)
+      buckets_ = make_buckets(policy_.bucketing, pr_, estimator_);
+    return *buckets_;
+  }
+
+  [[nodiscard]] plan megatron_pack() {
+    return megatron_greedy_with<bucketing_type>{}.pack_in_order(pr_, estimator_, buckets());
+  }
+
+  //! A plan at the lower bound (`floor_`) cannot be beaten: what is left is skipped.
+  [[nodiscard]] bool at_bound() const { return have_plan_ && best_step_ <= floor_; }
+
+  void drop_empty_rounds(state& a) const {
+    detail::drop_empty_rounds(a, costs_, o_.microbatch_multiple, name);
+  }
+
+  //! `a` improved by the local search (with `width` candidates per size, 0: `candidates_`)
+  //! unless it is at the bound, then kept when it is the fastest so far.
+  void keep_if_faster(state& a, bool search = true, std::int32_t width = 0) {
+    if (search && !(a.step_time() <= floor_))
+      improve(a, tuning_, width > 0 ? width : candidates_);
+    drop_empty_rounds(a);
+    if (const double step = a.step_time(); step < best_step_) {
+      best_step_ = step;
+      best_ = a.to_plan(name);
+      have_plan_ = true;
+    }
+  }
+
+  //! ... where it is within the allowed rounds and (unless `however_far`) within
+  //! `improve_within` of the best so far: too far behind, it is not worth improving.
+  void consider(state& a, bool search = true, bool however_far = false) {
+    if (static_cast<std::size_t>(a.rounds()) > allowed_ ||
+        (!however_far && a.step_time() > tuning_.improve_within * best_step_))
+      return;
+    keep_if_faster(a, search);
+  }
+
+  //! The megatron plan, improved, as the best so far and its round count as the bound.
+  void take_megatron(const plan& m) {
+    allowed_ = std::max(allowed_, m.microbatches.size());
+    state a = state::from_plan(costs_, m);
+    best_step_ = std::numeric_limits<double>::infinity();
+    keep_if_faster(a);
+  }
+
+  //! The megatron plan bounds the rounds and is the first candidate as it is; the local search
+  //! improves it after the other steps, where it is then within `megatron_improve_within` of
+  //! the best (see there).
+  void start_with_megatron() {
+    if (!with_megatron_)
+      return;
+    megatron_plan_ = megatron_pack();
+    allowed_ = std::max(allowed_, megatron_plan_.microbatches.size());
+    if (policy_.selected(balanced_construction::megatron)) {
+      state a = state::from_plan(costs_, megatron_plan_);
+      best_step_ = a.step_time();
+      best_ = a.to_plan(name);
+      have_plan_ = true;
+      megatron_pending_ = true;
+    }
+  }
+
+  [[nodiscard]] bool runs(std::size_t i) const {
+    const balanced_step& st = steps_[i];
+    if (i == first_levelled_ && !with_megatron_)
+      return true; // the fallback past the megatron limit
+    return policy_.selected(st.construction) && size_ <= st.up_to;
+  }
+
+  void run_steps() {
+    using enum balanced_construction;
+    first_levelled_ = static_cast<std::size_t>(
+        std::find_if(steps_.begin(), steps_.end(),
+                     [](const balanced_step& st) { return st.construction == levelled; }) -
+        steps_.begin());
+    for (std::size_t i = 0; i < steps_.size(); ++i)
+      levelled_runs_ += runs(i) && steps_[i].construction == levelled ? 1 : 0;
+    levelled_runs_total_ = levelled_runs_;
+    for (std::size_t i = 0; i < steps_.size() && !at_bound(); ++i) {
+      if (!runs(i))
+        continue;
+      const balanced_step& st = steps_[i];
+      switch (st.construction) {
+      case levelled: run_levelled(i, st); break;
+      case fixed_cp: run_fixed_cp(st); break;
+      case targeted: run_targeted(); break;
+      case chunked: run_chunked(); break;
+      case bisected: run_bisected(); break;
+      case megatron: break; // ran first
+      }
+    }
+  }
+
+  void run_levelled(std::size_t i, const balanced_step& st) {
+    // the levelled runs share their start; the last one takes it over
+    if (!start_)
+      start_ = levelled_inputs(costs_, least_area_);
+    std::vector<levelled_slot> slots =
+        --levelled_runs_ == 0 ? std::move(start_->slots) : start_->slots;
+    state a = levelled(costs_, std::move(slots), *start_, static_cast<std::int64_t>(allowed_),
+                       st.reach, tuning_);
+    // The levelled variants often build the same rounds (small batches, where all run): the
+    // local search, a function of those rounds, would only repeat itself, to a plan that
+    // cannot win (an earlier one wins a tie)
+    if (levelled_runs_total_ > 1) {
+      std::vector<plan_microbatch> built = a.to_plan(name).microbatches;
+      if (std::find(levelled_built_.begin(), levelled_built_.end(), built) != levelled_built_.end())
+        return;
+      levelled_built_.push_back(std::move(built));
+    }
+    if (i == first_levelled_ && !with_megatron_ &&
+        static_cast<std::size_t>(a.rounds()) > allowed_) {
+      // the first levelled run past the megatron limit needs more rounds than allowed:
+      // Megatron's count is the bound after all (the levelled rounds then compete as a plan:
+      // groups and samples in plan order)
+      state as_plan = state::from_plan(costs_, a.to_plan(name));
+      take_megatron(megatron_pack());
+      consider(as_plan);
+    } else {
+      consider(a);
+    }
+  }
+
+  //! static_cp's plan at size `cp` (0: its own, the smallest that holds every sample).
+  void consider_static(std::int32_t cp, bool search) {
+    const static_cp_with<bucketing_type> fixed{cp};
+    if (fixed.check(pr_).ok()) {
+      state a = state::from_plan(costs_, fixed.pack_in_order(pr_, estimator_, buckets()));
+      consider(a, search);
+    }
+  }
+
+  void run_fixed_cp(const balanced_step& st) {
+    if (!st.least_area_size) {
+      consider_static(0, true);
+      return;
+    }
+    // at the sizes of least total area (the static step makes static_cp's own size's plan);
+    // where the size does not divide the world, the tiled construction fills the rest
+    const bool search = size_ <= tuning_.levelled_variants_limit;
+    const std::int32_t own = static_cp_with<bucketing_type>{}.resolve(pr_);
+    for (const std::int32_t c : least_total_area_sizes(costs_, own, k_min_, tuning_)) {
+      if (o_.world_size % c == 0) {
+        if (c != own)
+          consider_static(c, search);
+      } else if (auto p = tiled(costs_, c, name, tuning_.tiled_limit,
+                                static_cast<std::int64_t>(allowed_))) {
+        state a = state::from_plan(costs_, *p);
+        consider(a, search);
+      }
+    }
+  }
+
+  //! At the fewest rounds that pack, with the CP sizes raised toward the per-rank target.
+  void run_targeted() {
+    for (std::int32_t k = k_min_; static_cast<std::size_t>(k) <= allowed_;
+         k += o_.microbatch_multiple) {
+      sample_sizes sizes = least_area_;
+      const double target = raise_toward_target(sizes, costs_, k, tuning_);
+      const std::vector<std::int32_t> order = placement_order(buckets(), sizes);
+      if (auto a = targeted(costs_, std::move(sizes), target, k, order, tuning_)) {
+        consider(*a);
+        return;
+      }
+    }
+  }
+
+  //! Each class's rounds as the gap term deals them (bounds/gap.hpp), the others packed again,
+  //! where the best plan so far is not within `chunked_gap` of the lower bound; the plan is
+  //! improved however far behind it starts (its runs are the point, the rest a raw packing).
+  void run_chunked() {
+    if (have_plan_ && best_step_ <= bound_ * (1 + tuning_.chunked_gap))
+      return;
+    for (const gap_class& c :
+         gap_classes(pr_, estimator_, min_microbatches(pr_), microbatch_overhead(pr_, estimator_)))
+      if (!c.runs.empty() && !at_bound())
+        if (const std::optional<plan> p = policy_.chunked_plan(pr_, estimator_, c)) {
+          state a = state::from_plan(costs_, *p);
+          consider(a, true, true);
+        }
+  }
+
+  //! The samples that need CP in rounds of their own, each round's ranks halved between them
+  //! (balanced/bisected.hpp), where the best plan so far is not within `chunked_gap` of the
+  //! lower bound (its plan at the round count whose plan is fastest as it is: the local search
+  //! takes most of the construction's time, and rarely reorders them).
+  void run_bisected() {
+    if (have_plan_ && best_step_ <= bound_ * (1 + tuning_.chunked_gap))
+      return;
+    if (std::optional<state> a = policy_.bisected_plan(pr_, estimator_, costs_, allowed_))
+      consider(*a);
+  }
+
+  //! Rounds no construction takes: the local search once more on the best plan with one more
+  //! micro-batch multiple of empty rounds, into which it may move samples where that pays the
+  //! overhead (a dominant sample's round sheds its small companions). Kept when it is faster
+  //! and leaves no round empty; repeated while it pays, up to `tuning.spill_passes` times.
+  void spill_into_new_rounds() {
+    const auto multiple = static_cast<std::size_t>(o_.microbatch_multiple);
+    for (std::int32_t pass = 0; pass < tuning_.spill_passes && size_ <= tuning_.spill_limit &&
+                                !at_bound() && best_.microbatches.size() + multiple <= allowed_;
+         ++pass) {
+      state a = state::from_plan(costs_, best_);
+      for (std::size_t r = 0; r < multiple; ++r)
+        a.add_round();
+      improve(a, tuning_, candidates_);
+      if (a.used_rounds() < a.rounds() || !(a.step_time() < best_step_))
+        break;
+      best_step_ = a.step_time();
+      best_ = a.to_plan(name);
+    }
+  }
+
+  //! Tiles of ranks traded between the best plan's rounds (`exchange_tiles`), kept where that is
+  //! faster: the local search moves one sample at a time, this the contents of many ranks.
+  void exchange_best() {
+    if (!exchange_ || !have_plan_ || at_bound() || tuning_.tile_exchange_sweeps == 0 ||
+        best_.microbatches.size() < 2)
+      return;
+    const std::optional<double> step =
+        exchange_plan_tiles(best_, best_step_, costs_, o_.world_size, tuning_);
+    if (!step)
+      return;
+    best_step_ = *step;
+    if (std::ranges::any_of(best_.microbatches,
+                            [](const plan_microbatch& mb) { return mb.groups.empty(); })) {
+      state a = state::from_plan(costs_, best_); // a round left empty costs its overhead
+      drop_empty_rounds(a);
+      best_step_ = a.step_time();
+      best_ = a.to_plan(name);
+    }
+  }
+
+  //! The best plan: the search once more with more candidates (`final_candidates_factor`), on
+  //! small and on large batches, from the plan the exchange makes of it (where the search can
+  //! then move single samples into the rounds the exchange has emptied of slow tiles).
+  void final_search() {
+    if (!((size_ < tuning_.wide_search_limit || size_ >= tuning_.final_search_from) &&
+          tuning_.final_candidates_factor > 1 && !at_bound()))
+      return;
+    exchange_best();
+    state a = state::from_plan(costs_, best_);
+    keep_if_faster(a, true,
+                   static_cast<std::int32_t>(std::min<std::int64_t>(
+                       std::int64_t{candidates_} * tuning_.final_candidates_factor,
+                       std::numeric_limits<std::int32_t>::max())));
+  }
+
+  //! Idle ranks left in a round: its critical group grows into them while that makes the round
+  //! faster (`microbatch_state::grow_critical_into_idle_ranks`). Where no construction fills the
+  //! world (more ranks than samples, past the megatron limit) this keeps the plan from leaving
+  //! most ranks idle; elsewhere the rounds have no idle ranks and nothing changes.
+  void grow_into_idle_ranks() {
+    if (!have_plan_ || at_bound())
+      return;
+    std::optional<plan> grown; // the best plan with its grown rounds, copied at the first one
+    for (std::size_t m = 0; m < best_.microbatches.size(); ++m) {
+      const plan_microbatch& mb = best_.microbatches[m];
+      std::int32_t busy = 0;
+      for (const auto& g : mb.groups)
+        busy += g.cp;
+      if (busy >= o_.world_size)
+        continue;
+      microbatch_state round(o_.world_size);
+      for (const auto& g : mb.groups) {
+        const std::int32_t at = round.open(g.first_rank, g.cp);
+        for (const std::int32_t sm : g.samples) {
+          const auto us = static_cast<std::size_t>(sm);
+          round.add(at, sm, pr_.rank_tokens(us, g.cp), sample_cost(pr_, estimator_, us, g.cp));
+        }
+      }
+      const double slowest = round.max_load();
+      round.grow_critical_into_idle_ranks(pr_, estimator_);
+      if (round.max_load() < slowest) {
+        if (!grown)
+          grown = best_;
+        grown->microbatches[m] = round.to_plan();
+      }
+    }
+    if (grown) {
+      state a = state::from_plan(costs_, *grown);
+      if (a.step_time() < best_step_) {
+        best_step_ = a.step_time();
+        best_ = a.to_plan(name);
+      }
+    }
+  }
+
+  //! Past the megatron limit with few samples per rank: the megatron plan as it is (see
+  //! `megatron_samples_per_rank`).
+  void megatron_with_few_samples() {
+    if (!with_megatron_ && policy_.selected(balanced_construction::megatron) && !at_bound() &&
+        static_cast<double>(costs_.samples()) <=
+            tuning_.megatron_samples_per_rank * static_cast<double>(o_.world_size)) {
+      state a = state::from_plan(costs_, megatron_pack());
+      keep_if_faster(a, false);
+    }
+  }
+
+  //! Contiguous groups: the portfolio once more on the aligned sizes alone, its plan improved by
+  //! the local search here, where the best so far is not within `aligned_gap` of the lower bound
+  //! (see `aligned_in_contiguous`).
+  void aligned_in_contiguous() {
+    if (!(tuning_.aligned_in_contiguous && o_.group_topology == topology::contiguous &&
+          have_plan_ && best_step_ > bound_ * (1 + tuning_.aligned_gap)))
+      return;
+    if (std::optional<problem> aligned = aligned_problem(pr_, estimator_)) {
+      state a = state::from_plan(costs_, policy_.pack_with(*aligned, estimator_, true));
+      if (static_cast<std::size_t>(a.rounds()) <= allowed_)
+        keep_if_faster(a);
+    }
+  }
+
+  const Policy& policy_;
+  const balanced_tuning& tuning_;
+  const problem& pr_;
+  const Estimator& estimator_;
+  const bool exchange_;
+  const plan_options& o_;
+  const cost_rows<Estimator> costs_;
+  std::optional<bucket_list> buckets_; // made where a construction reads them
+  const std::int64_t size_;            // samples x ranks
+  const std::int32_t candidates_;
+  const sample_sizes least_area_;
+  const std::int32_t k_min_;
+  std::size_t allowed_;
+  // the lower bound, and within the tuning's tolerance of it: a plan there is not searched
+  // further
+  const double bound_;
+  const double floor_;
+  const bool with_megatron_;
+  const std::vector<balanced_step> steps_;
+  plan best_;
+  double best_step_ = std::numeric_limits<double>::infinity();
+  bool have_plan_ = false;
+  plan megatron_plan_;
+  bool megatron_pending_ = false;
+  std::optional<levelled_start> start_;
+  std::size_t levelled_runs_ = 0;
+  std::size_t levelled_runs_total_ = 0;
+  std::size_t first_levelled_ = 0;
+  std::vector<std::vector<plan_microbatch>> levelled_built_; // the levelled runs' rounds so far
+};
+
+} // namespace detail
+} // namespace dcpp

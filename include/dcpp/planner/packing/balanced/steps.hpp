@@ -1,0 +1,60 @@
+// The balanced portfolio as a list: its constructions, and the steps that run them in order,
+// each with the batch size up to which it runs (the gate) and its construction's parameters.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "dcpp/planner/packing/balanced/levelled.hpp"
+#include "dcpp/planner/packing/balanced/tuning.hpp"
+
+namespace dcpp {
+
+//! The constructions of the `balanced` portfolio (docs/policies.md describes each).
+enum class balanced_construction : std::uint8_t {
+  megatron, //!< megatron_greedy's plan; also bounds the rounds of the others
+  levelled, //!< balanced/levelled.hpp
+  targeted, //!< balanced/targeted.hpp
+  fixed_cp, //!< static_cp's plan: one CP size for every sample
+  chunked,  //!< each class's gap-term rounds (bounds/gap.hpp), the other samples packed again
+  bisected, //!< balanced/bisected.hpp: the samples that need CP first, the others packed again
+};
+
+//! One step of the portfolio: a construction, the batch size (samples x ranks) up to which it
+//! runs, and for a levelled one its reach.
+struct balanced_step {
+  balanced_construction construction = balanced_construction::levelled;
+  std::int64_t up_to = std::numeric_limits<std::int64_t>::max();
+  detail::levelled_reach reach{};
+  //! For a fixed-CP step: the sizes of least total area (`detail::least_total_area_sizes`)
+  //! instead of static_cp's smallest.
+  bool least_area_size = false;
+};
+
+//! The steps after the megatron construction, in the order they run (an earlier plan wins a
+//! tie; a plan at the lower bound ends them): one size for every sample at the sizes of least
+//! total area (static_cp's plan, or the tiled one where the size does not divide the world);
+//! levelled at the default reach with free rides (the one levelled run on large batches); the
+//! same without; its four variants; static; targeted; bisected; chunked.
+[[nodiscard]] inline std::vector<balanced_step> balanced_steps(const balanced_tuning& t) {
+  using enum balanced_construction;
+  const std::int64_t variants = t.levelled_variants_limit;
+  return {
+      {fixed_cp, std::numeric_limits<std::int64_t>::max(), {}, true},
+      {levelled,
+       std::numeric_limits<std::int64_t>::max(),
+       {t.reach_area, 0.0, true, 0, t.free_ride}},
+      {levelled, variants, {t.reach_area, 0.0}},
+      {levelled, variants, {t.narrow_reach_area, 0.0}},
+      {levelled, variants, {t.wide_reach_area, 0.0}},
+      {levelled, t.heavy_share > 0 ? variants : -1, {t.narrow_reach_area, t.heavy_share}},
+      {levelled, variants, {t.reach_area, 0.0, true, t.wide_raise_area}},
+      {fixed_cp, t.static_limit, {}},
+      {targeted, t.megatron_limit, {}},
+      {bisected, t.bisected_limit, {}},
+      {chunked, t.chunked_limit, {}},
+  };
+}
+
+} // namespace dcpp
