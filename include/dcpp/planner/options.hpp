@@ -138,8 +138,8 @@ inline constexpr std::int64_t max_tokens_per_rank_limit = std::int64_t{1} << 36;
 inline constexpr std::int64_t max_padding_unit = std::int64_t{1} << 20;
 //! The most tokens a batch may hold in all.
 inline constexpr std::int64_t max_batch_tokens = std::int64_t{1} << 62;
-//! The most samples a batch may hold: planning time and memory grow with the count (2^24 samples
-//! of up to 8K tokens on 16,384 ranks: 15 s and 4.8 GB through dcpp-plan), and `read_batch`
+//! The most samples a batch may hold: planning time and memory grow with the count (seconds and
+//! gigabytes at this limit: docs/benchmarks.md), and `read_batch`
 //! refuses the sample past it. What stops an endless stream (`yes 5 | dcpp-plan -`) before it
 //! fills the memory is `batch_input_limit` (io/batch_input.hpp): 64 bytes per sample at this
 //! limit, read before the text is parsed.

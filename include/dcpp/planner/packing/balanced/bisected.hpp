@@ -2,15 +2,15 @@
 // more) dealt to rounds, each round's ranks halved between its samples recursively, and samples
 // moved and swapped between rounds while the rounds' times sum lower.
 //
-// Where a few long samples dominate a batch (context_ext: 41 samples of 300K-1M tokens among
-// 2,048 on 256 ranks), the constructions that place sample by sample leave their rounds uneven:
-// a round of one 1M-token sample on 64 ranks and three of 790-870K holds its shorter samples'
-// groups idle for 2-4 s each, and only short samples, at a poor share of their area, can fill
-// them. A round's time is its slowest group's; with the samples of a round on one group of all
-// ranks it would be their total area over the world, were it not that a sample's area grows on
-// groups larger than it needs. Halving the ranks between two parts of the round's samples that
-// balance, and each half again while that makes it faster, gets close to that at the sizes where
-// the area does not grow yet.
+// Where a few long samples dominate a batch (tens of samples of hundreds of thousands of tokens
+// among thousands), the constructions that place sample by sample leave their rounds uneven: a
+// round of the longest sample and a few slightly shorter ones holds the shorter samples' groups
+// idle for seconds, and only short samples, at a poor share of their area, can fill them. A round's
+// time is its slowest group's; with the samples of a round on one group of all ranks it would be
+// their total area over the world, were it not that a sample's area grows on groups larger than it
+// needs. Halving the ranks between two parts of the round's samples that balance, and each half
+// again while that makes it faster, gets close to that at the sizes where the area does not grow
+// yet.
 #pragma once
 
 #include <algorithm>
