@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dcpp developer entry point: ./dev.sh demo | test | plan ARGS | bench ARGS | build
+# dcpp developer entry point: ./dev.sh demo | test | plan ARGS | bench ARGS | gpu | sass | build
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -56,20 +56,44 @@ print(next(iter(sorted(p for r in site.getsitepackages() + [site.getusersitepack
   echo "$found"
 }
 
+# cuDNN 9 and its frontend headers for the cuDNN attention policy (Meson's `cudnn` feature): the
+# PyPI packages, installed where nvcc is and they are not (about 530 MB, once per machine).
+ensure_cudnn() {
+  python3 - <<'PY' 2>/dev/null && return 0
+import os, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()]
+ok = any(os.path.isfile(os.path.join(r, "include", "cudnn_frontend.h")) for r in roots) and \
+     any(os.path.isfile(os.path.join(r, "nvidia", "cudnn", "lib", "libcudnn.so.9")) for r in roots)
+sys.exit(0 if ok else 1)
+PY
+  say "installing cuDNN and its frontend headers (PyPI: nvidia-cudnn-cu13, nvidia-cudnn-frontend)"
+  python3 -m pip install -q nvidia-cudnn-cu13 nvidia-cudnn-frontend >&2 ||
+    say "could not install the cuDNN packages: the cuDNN policy is left out of the build"
+}
+
 # build [TARGET...]: configures once, then compiles the given meson targets (the demo and the CLI
 # need dcpp-plan alone, not the ~280 targets of the test suites), or everything.
 build() {
+  configure "$@"
+  say "building${1:+ $*}"
+  meson compile -C "$BUILD_DIR" "$@" >"$BUILD_DIR.compile.log" 2>&1 ||
+    { tail -60 "$BUILD_DIR.compile.log" >&2; exit 1; }
+}
+
+# configure [TARGET...]: the packages, then meson setup once (the targets say what is wanted)
+configure() {
   ensure_packages
-  # with a CUDA toolkit, the kernels suite reads the kernels' SASS: make sure nvdisasm is there
-  if [ $# -eq 0 ] && command -v nvcc >/dev/null; then find_nvdisasm >/dev/null; fi
+  # with a CUDA toolkit, the kernels suite reads the kernels' SASS (nvdisasm) and the cuDNN
+  # policy compiles against cuDNN: make sure both are there before meson looks for them
+  if { [ $# -eq 0 ] || [ "$1" = gpu ]; } && command -v nvcc >/dev/null; then
+    find_nvdisasm >/dev/null
+    ensure_cudnn
+  fi
   if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     say "configuring $BUILD_DIR"
     meson setup "$BUILD_DIR" --buildtype=debugoptimized >"$BUILD_DIR.setup.log" 2>&1 ||
       { cat "$BUILD_DIR.setup.log" >&2; exit 1; }
   fi
-  say "building${1:+ $*}"
-  meson compile -C "$BUILD_DIR" "$@" >"$BUILD_DIR.compile.log" 2>&1 ||
-    { tail -60 "$BUILD_DIR.compile.log" >&2; exit 1; }
 }
 
 cmd=${1:-help}
@@ -86,6 +110,36 @@ case "$cmd" in
     build
     say "running every test suite"
     meson test -C "$BUILD_DIR" --print-errorlogs "$@"
+    ;;
+  gpu)
+    # The first GPU hour (docs/kernels.md, "The first hour on a GPU"): builds the GPU suite's
+    # programs alone, then runs them, the compute-sanitizer checks and the kernel benchmark, and
+    # writes out/gpu_report.json. Without a device: builds, then "no CUDA device", exit 77.
+    command -v nvcc >/dev/null || { echo "dev.sh gpu: needs the CUDA toolkit (nvcc)" >&2; exit 1; }
+    configure gpu
+    # the GPU suite needs CUDA and NCCL: say so rather than run a suite that silently shrank
+    if ! meson introspect "$BUILD_DIR" --targets | grep -q '"name": "gpu_probe"'; then
+      echo "dev.sh gpu: $BUILD_DIR has no GPU suite: it needs CUDA and NCCL (see $BUILD_DIR.setup.log" \
+        "and meson configure $BUILD_DIR | grep -i -e cuda -e nccl)" >&2
+      exit 1
+    fi
+    build gpu
+    mkdir -p out
+    if ! "$BUILD_DIR/tests/gpu_probe" >out/gpu_devices.txt; then
+      cat out/gpu_devices.txt
+      echo "dev.sh gpu: no CUDA device" >&2
+      exit 77
+    fi
+    cat out/gpu_devices.txt
+    say "running the gpu suite (multi-GPU tests skip with fewer GPUs than ranks)"
+    status=0
+    meson test -C "$BUILD_DIR" --suite gpu --no-rebuild --print-errorlogs "$@" || status=1
+    say "kernel benchmark on random data"
+    "$BUILD_DIR/bench/bench_kernels_gpu" --json out/gpu_bench.json || status=1
+    python3 tools/gpu_report.py --devices out/gpu_devices.txt \
+      --tests "$BUILD_DIR/meson-logs/testlog.json" --bench out/gpu_bench.json \
+      --out out/gpu_report.json || status=1
+    exit $status
     ;;
   sass)
     # The shipped attention kernels' machine code (sm_90 unless --arch sm_80): registers, spills,
@@ -133,7 +187,7 @@ case "$cmd" in
     build
     ;;
   *)
-    echo "usage: ./dev.sh demo | test [MESON TEST ARGS] | plan ARGS | bench [planner|route|kernels|python] [ARGS] | sass [--arch sm_80] [--check] [--filter TEXT] | build" >&2
+    echo "usage: ./dev.sh demo | test [MESON TEST ARGS] | plan ARGS | bench [planner|route|kernels|python] [ARGS] | gpu [MESON TEST ARGS] | sass [--arch sm_80] [--check] [--filter TEXT] | build" >&2
     exit 2
     ;;
 esac

@@ -1,11 +1,15 @@
-// Kernel benchmark on a GPU: achieved bandwidth of the conv1d and loss-reduction kernels against
-// the device's peak, and the ring attention steps' tensor-core throughput per head shape against
-// the peak and docs/kernels.md's H100 predictions. Built whenever CUDA is enabled; exits
-// 77 with a message when no device is present.
+// Kernel benchmark on a GPU: achieved bandwidth of the conv1d kernels against the device's peak,
+// and the ring attention steps' tensor-core throughput per head shape against the peak and
+// docs/kernels.md's H100 predictions. Inputs are random (uniform, seeded): tensor-core power, and
+// with it the clock, depends on the data, so zeros would read high. Built whenever CUDA is
+// enabled; exits 77 with a message when no device is present. --json PATH also writes the rows.
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "dcpp/core/float16.hpp"
@@ -23,6 +27,37 @@ namespace {
       std::exit(1);                                                                                \
     }                                                                                              \
   } while (0)
+
+//! One measured row, for --json.
+struct bench_row {
+  std::string kernel;
+  long long tokens;
+  double ms, rate, of_peak, predicted;
+  const char* unit;
+};
+std::vector<bench_row> rows;
+
+//! x[i] = center + a uniform value in [-amplitude, amplitude) from a hash of (seed, i).
+template <class T>
+__global__ void random_fill_kernel(T* x, std::size_t n, std::uint64_t seed, float amplitude,
+                                   float center) {
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n)
+    return;
+  std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  const float u = static_cast<float>(z >> 40) / static_cast<float>(1ull << 24); // [0, 1)
+  x[i] = dcpp::from_float<T>(center + (2.0f * u - 1.0f) * amplitude);
+}
+
+template <class T>
+void random_fill(T* x, std::size_t n, std::uint64_t seed, float amplitude, float center = 0) {
+  random_fill_kernel<T>
+      <<<static_cast<unsigned>((n + 255) / 256), 256>>>(x, n, seed, amplitude, center);
+  BENCH_CHECK(cudaGetLastError());
+}
 
 template <class F>
 float time_ms(F&& f, int repeats) {
@@ -83,13 +118,15 @@ void bench_attention(double tc_peak, double predicted_forward, double predicted_
   BENCH_CHECK(cudaMalloc(&dv, vn * sizeof(float)));
   BENCH_CHECK(cudaMalloc(&lse, n * H * sizeof(float)));
   BENCH_CHECK(cudaMalloc(&dsum, n * H * sizeof(float)));
-  BENCH_CHECK(cudaMemset(q, 0, qn * sizeof(T)));
-  BENCH_CHECK(cudaMemset(o, 0, on * sizeof(T)));
-  BENCH_CHECK(cudaMemset(dout, 0, on * sizeof(T)));
-  BENCH_CHECK(cudaMemset(k, 0, kn * sizeof(T)));
-  BENCH_CHECK(cudaMemset(v, 0, vn * sizeof(T)));
-  BENCH_CHECK(cudaMemset(lse, 0, n * H * sizeof(float)));
-  BENCH_CHECK(cudaMemset(dsum, 0, n * H * sizeof(float)));
+  random_fill(q, qn, 1, 2.0f);
+  random_fill(o, on, 2, 1.0f);
+  random_fill(dout, on, 3, 1.0f);
+  random_fill(k, kn, 4, 2.0f);
+  random_fill(v, vn, 5, 1.0f);
+  // a final LSE of the size the forward makes for these inputs (log of about L / 2 keys), and
+  // small row sums: the backward's exponentials stay in range
+  random_fill(lse, n * H, 6, 0.5f, std::log(static_cast<float>(L) / 2));
+  random_fill(dsum, n * H, 7, 0.1f);
   dcpp::kernels::attention_params<T> a;
   a.q = q, a.k = k, a.v = v, a.o = of, a.lse = lse, a.out = o, a.dout = dout;
   a.lse_final = lse, a.dsum = dsum, a.dq = dq, a.dk = dk, a.dv = dv;
@@ -107,6 +144,8 @@ void bench_attention(double tc_peak, double predicted_forward, double predicted_
       std::snprintf(prediction, sizeof prediction, "%.0f", predicted);
     std::printf("%-34s %10lld %10.3f %10.1f %9.1f%% %14s\n", name, static_cast<long long>(tokens),
                 ms, flops / ms / 1e9, 100 * flops / ms / 1e-3 / tc_peak, prediction);
+    rows.push_back({name, static_cast<long long>(tokens), ms, flops / ms / 1e9,
+                    100 * flops / ms / 1e-3 / tc_peak, predicted, "TFLOP/s"});
   };
   struct step {
     const char* name;
@@ -139,7 +178,16 @@ void bench_attention(double tc_peak, double predicted_forward, double predicted_
 
 } // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const char* json = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
+      json = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s [--json PATH]\n", argv[0]);
+      return 2;
+    }
+  }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::puts("bench_kernels_gpu: no CUDA device present; skipping");
@@ -177,10 +225,10 @@ int main() {
   BENCH_CHECK(cudaMalloc(&cu, host_cu.size() * sizeof(std::int32_t)));
   BENCH_CHECK(cudaMemcpy(cu, host_cu.data(), host_cu.size() * sizeof(std::int32_t),
                          cudaMemcpyHostToDevice));
-  BENCH_CHECK(cudaMemset(x, 0, n * sizeof(T)));
-  BENCH_CHECK(cudaMemset(dy, 0, n * sizeof(T)));
-  BENCH_CHECK(cudaMemset(w, 0, channels * 4 * sizeof(T)));
-  BENCH_CHECK(cudaMemset(b, 0, channels * sizeof(T)));
+  random_fill(x, n, 11, 1.0f);
+  random_fill(dy, n, 12, 1.0f);
+  random_fill(w, static_cast<std::size_t>(channels) * 4, 13, 0.5f);
+  random_fill(b, static_cast<std::size_t>(channels), 14, 0.5f);
 
   dcpp::kernels::conv1d_params<T> p;
   p.x = x, p.weight = w, p.bias = b, p.y = y, p.dy = dy, p.dx = dx, p.partial = partial;
@@ -196,12 +244,16 @@ int main() {
   std::printf("%-28s %10lld %10.3f %12.1f %9.1f%%\n", "conv1d fwd W=4 bf16 C=4096",
               static_cast<long long>(tokens), fwd, bytes_fwd / fwd / 1e6,
               100 * bytes_fwd / fwd / 1e-3 / peak);
+  rows.push_back({"conv1d fwd W=4 bf16 C=4096", static_cast<long long>(tokens), fwd,
+                  bytes_fwd / fwd / 1e6, 100 * bytes_fwd / fwd / 1e-3 / peak, 0, "GB/s"});
   const double bytes_bwd = 3.0 * static_cast<double>(n) * sizeof(T);
   const float bwd =
       time_ms([&] { BENCH_CHECK((dcpp::kernels::conv1d_backward<4, T>(p, nullptr))); }, 20);
   std::printf("%-28s %10lld %10.3f %12.1f %9.1f%%\n", "conv1d bwd W=4 bf16 C=4096",
               static_cast<long long>(tokens), bwd, bytes_bwd / bwd / 1e6,
               100 * bytes_bwd / bwd / 1e-3 / peak);
+  rows.push_back({"conv1d bwd W=4 bf16 C=4096", static_cast<long long>(tokens), bwd,
+                  bytes_bwd / bwd / 1e6, 100 * bytes_bwd / bwd / 1e-3 / peak, 0, "GB/s"});
 
   // Ring attention: one step of each kind on the diagonal's geometry (cp = 1: every sequence's
   // two halves on this GPU), bf16, 16 query heads, GQA 4:1, 8 samples of 4,096 tokens, for every
@@ -219,5 +271,27 @@ int main() {
   bench_attention<128, 128>(tc_peak, 230, 210); // docs/kernels.md, 4k tokens
   bench_attention<192, 128>(tc_peak, 0, 0);
   bench_attention<256, 256>(tc_peak, 0, 0);
+  if (json != nullptr) {
+    // written whole to a temporary file, then renamed over the target: never a partial report
+    const std::string tmp = std::string(json) + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "bench_kernels_gpu: cannot write %s\n", json);
+      return 1;
+    }
+    std::fprintf(f, "{\"device\": \"%s\", \"rows\": [\n", prop.name);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      std::fprintf(f,
+                   "  {\"kernel\": \"%s\", \"tokens\": %lld, \"ms\": %.6g, \"rate\": %.6g, "
+                   "\"unit\": \"%s\", \"of_peak_percent\": %.4g, \"predicted\": %.6g}%s\n",
+                   rows[i].kernel.c_str(), rows[i].tokens, rows[i].ms, rows[i].rate, rows[i].unit,
+                   rows[i].of_peak, rows[i].predicted, i + 1 < rows.size() ? "," : "");
+    const bool written = std::fprintf(f, "]}\n") > 0 && std::fflush(f) == 0 && !std::ferror(f);
+    if (std::fclose(f) != 0 || !written || std::rename(tmp.c_str(), json) != 0) {
+      std::remove(tmp.c_str());
+      std::fprintf(stderr, "bench_kernels_gpu: writing %s failed\n", json);
+      return 1;
+    }
+  }
   return 0;
 }

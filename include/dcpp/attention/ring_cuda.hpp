@@ -3,14 +3,17 @@
 // the step kernels; the communicator's stream runs the K/V (and dK/dV) transfers, started after
 // an event that says the compute stream no longer reads the buffer being overwritten, and the
 // compute stream waits on the transfer's event (never the host) before the next step.
-// `cuda_attention<T>` is dcpp's per-step policy on the device; any type with the same
-// forward_step/backward_step taking device pointers can replace it. Plain C++ (no nvcc needed);
+// The step kernel is a policy (`Policy`, docs/kernels.md "The step kernel as a policy"):
+// `cuda_attention<T>`, dcpp's kernels, by default; any type with forward_step/backward_step
+// taking device pointers can replace it, with the LSE merge fused into its forward or run by the
+// ring after each step. Plain C++ (no nvcc needed);
 // link kernels/dcpp/kernels/attention/ring_attention_instances.cu compiled by nvcc (Meson:
 // `dcpp_cuda_kernels_dep`) for the kernel launches.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <concepts>
 #include <cstdint>
 #include <optional>
 #include <utility>
@@ -121,12 +124,27 @@ private:
 //! communicator (its exchange handles provide `wait_on(stream)`, its `stream()` runs transfers);
 //! kernels run on `stream`. Buffers are device pointers in the partition's local layout, like
 //! the host functions of dcpp/attention/ring.hpp. Work space is allocated once per object.
-template <class C, class T>
+//! `Policy` computes each ring step (see `attention_step`): it enqueues its work on `stream`
+//! (the stream it was made with) and never waits on the host. Where it promises `fuses_merge`
+//! its forward merges into the running O and LSE; otherwise it writes the step's partial O
+//! (fp32) and LSE and the ring merges them with dcpp's merge kernel.
+template <class C, class T, class Policy = cuda_attention<T>>
+requires attention_policy<Policy, T>
 class cuda_ring_attention {
 public:
+  static constexpr bool fused = attention_fuses_merge<Policy>;
+
+  //! With a policy made from the partition and the compute stream (dcpp's kernels).
   cuda_ring_attention(C comm, const ring_partition& part, const attention_shape& shape,
-                      cudaStream_t stream)
-      : comm_(std::move(comm)), part_(part), shape_(shape), stream_(stream), policy_(part, stream) {
+                      cudaStream_t stream) requires
+      std::constructible_from<Policy, const ring_partition&, cudaStream_t>
+      : cuda_ring_attention(std::move(comm), part, shape, stream, Policy(part, stream)) {}
+
+  //! With a policy of the caller's (e.g. `cudnn_attention`), which runs on `stream`.
+  cuda_ring_attention(C comm, const ring_partition& part, const attention_shape& shape,
+                      cudaStream_t stream, Policy policy)
+      : comm_(std::move(comm)), part_(part), shape_(shape), stream_(stream),
+        policy_(std::move(policy)) {
     static_assert(C::buffer_memory == memory_space::device,
                   "cuda_ring_attention moves device buffers; use a device-memory communicator");
     const std::int64_t n = part.tokens();
@@ -137,9 +155,16 @@ public:
     offsets_ = detail::device_array<std::int32_t>(part.offsets());
     for (int r = 0; r < part.cp(); ++r)
       real_.emplace_back(part.real_of(r));
+    if constexpr (!fused)
+      if (part.cp() > 1)
+        for (const attention_rows rows :
+             {attention_rows::all, attention_rows::first_half, attention_rows::second_half})
+          merge_rows_.emplace_back(part.tiles(64, rows));
   }
   cuda_ring_attention(const cuda_ring_attention&) = delete;
   cuda_ring_attention& operator=(const cuda_ring_attention&) = delete;
+
+  [[nodiscard]] Policy& policy() noexcept { return policy_; }
 
   //! o [tokens, heads, V head dim] and lse [tokens, heads] from q, k, v; enqueued on the compute
   //! stream. q must be 16-byte aligned (cudaMalloc's 256 bytes are).
@@ -153,9 +178,13 @@ public:
       auto transfer = start_transfer(kv_[cur].data(), kv_[cur ^ 1].data(), kn_ + vn_, step + 1 < cp,
                                      0x7a00 + step);
       attention_step<T> s = make_step(step, owner, q, kv_[cur].data());
-      s.params.o = o_acc_.data(), s.params.lse = lse;
-      s.params.merge = step > 0; // the forward kernel merges into the running O and LSE
+      const bool partial = !fused && step > 0; // the ring merges this step's result
+      s.params.o = partial ? o_part_.data() : o_acc_.data();
+      s.params.lse = partial ? lse_part_.data() : lse;
+      s.params.merge = fused && step > 0; // the forward merges into the running O and LSE
       policy_.forward_step(s);
+      if (partial)
+        merge(s.params.kind, lse);
       finish_transfer(transfer);
     }
     detail::attention_cuda_check(kernels::attention_convert<T>(o_acc_.data(), o, on_, stream_),
@@ -276,6 +305,29 @@ private:
     ensure_kv();
     if (o_acc_.size() == 0)
       o_acc_ = detail::device_array<float>(static_cast<std::size_t>(on_));
+    if (!fused && part_.cp() > 1 && o_part_.size() == 0) {
+      o_part_ = detail::device_array<float>(static_cast<std::size_t>(on_));
+      lse_part_ =
+          detail::device_array<float>(static_cast<std::size_t>(part_.tokens() * shape_.heads));
+    }
+  }
+  //! The step's partial result (o_part_, lse_part_) merged into the running one (o_acc_, lse)
+  //! over the step's query rows.
+  void merge(kernels::ring_step_kind kind, float* lse) {
+    const attention_rows rows = query_rows_of(kind);
+    const detail::device_tiles& tiles = merge_rows_[rows == attention_rows::all          ? 0
+                                                    : rows == attention_rows::first_half ? 1
+                                                                                         : 2];
+    detail::attention_cuda_check(
+        detail::with_value_dim(shape_,
+                               [&](auto d) {
+                                 constexpr int D = decltype(d)::value;
+                                 const kernels::attention_merge_params<D> mp{
+                                     o_acc_.data(),    lse,          o_part_.data(),
+                                     lse_part_.data(), shape_.heads, tiles.view()};
+                                 return kernels::attention_merge<D>(mp, stream_);
+                               }),
+        "attention_merge");
   }
   void ensure_backward_space() {
     ensure_kv();
@@ -294,12 +346,14 @@ private:
   ring_partition part_;
   attention_shape shape_;
   cudaStream_t stream_;
-  cuda_attention<T> policy_;
+  Policy policy_;
   std::int64_t qn_ = 0, on_ = 0, kn_ = 0, vn_ = 0; // elements of Q, O, K, V
   detail::device_array<std::int32_t> offsets_;
   std::vector<detail::device_array<std::int32_t>> real_;
   detail::device_array<T> kv_[2];
   detail::device_array<float> o_acc_, dq_acc_, dsum_;
+  detail::device_array<float> o_part_, lse_part_;  // a step's partial result (separate merge)
+  std::vector<detail::device_tiles> merge_rows_;   // the merge's work lists: all, first, second
   detail::device_array<float> dkv_[2], dkv_in_[2]; // a step's dK/dV part; what arrives for it
   detail::stream_order ready_; // the compute stream is past the buffer a transfer overwrites
 };
