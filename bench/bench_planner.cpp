@@ -1,6 +1,7 @@
 // Planner benchmark: every policy on seeded workloads (and the shared reference workloads),
 // step time under one estimator, efficiency against the lower bound, planning time.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "dcpp/dcpp.hpp"
 #include "dcpp/workload/generators.hpp"
 #include "planner_cases.hpp"
+#include "planner_regimes.hpp"
 
 #include "../examples/cli_checks.hpp"
 
@@ -126,6 +128,49 @@ bool run_table(const std::vector<bench_case>& cases, const Estimator& estimator,
     }
   }
   return all_good;
+}
+
+//! The regimes of issue 61 (planner_regimes.hpp): balanced, megatron_greedy and the reference
+//! rule, each plan's step time and its share of the budget-aware bound (`of bound`: the bound
+//! over the step time, the share no plan can pass), balanced's gap to the best of the other two.
+template <class Estimator>
+void run_regimes(const std::vector<bench_case>& cases, const Estimator& estimator,
+                 const repetition& times) {
+  fmt::print("{:<22} {:>5} {:>6} {:<16} {:>11} {:>8} {:>4} {:>9}  {}\n", "workload", "ranks",
+             "samples", "policy", "step time", "of bound", "mbs", "plan ms",
+             "balanced vs best other");
+  for (const auto& c : cases) {
+    const problem pr = make_problem(c.options, c.lengths);
+    const double bound = budget_lower_bound(pr, estimator);
+    const outcome b = run(c, estimator, balanced{}, times);
+    const outcome m = run(c, estimator, megatron_greedy{}, times);
+    outcome ref;
+    {
+      const auto t0 = std::chrono::steady_clock::now();
+      const plan p = dcpp_bench::reference_plan(pr, estimator);
+      ref.plan_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      ref.ok = true;
+      ref.step = p.metrics.estimated_step_time;
+      ref.microbatches = p.microbatches.size();
+    }
+    const double other = std::min(m.ok ? m.step : 1e300, ref.step);
+    const std::pair<const char*, const outcome*> rows[] = {
+        {"balanced", &b}, {"megatron_greedy", &m}, {"reference", &ref}};
+    for (const auto& [name, r] : rows) {
+      if (!r->ok) {
+        fmt::print("{:<22} {:>5} {:>6} {:<16} n/a: {}\n", c.name, c.options.world_size,
+                   c.lengths.size(), name, r->error);
+        continue;
+      }
+      const std::string gap = r == &b ? fmt::format("{:+.2f}%{}", 100 * (b.step / other - 1),
+                                                    b.step > other * (1 + 1e-12) ? " SLOWER" : "")
+                                      : "";
+      fmt::print("{:<22} {:>5} {:>6} {:<16} {:>11.4f} {:>8.4f} {:>4} {:>9.3f}  {}\n", c.name,
+                 c.options.world_size, c.lengths.size(), name, r->step, bound / r->step,
+                 r->microbatches, r->plan_ms, gap);
+    }
+  }
 }
 
 //! One planning of `lengths` under `options` with `packing`; the fastest of `repeats`, in ms.
@@ -262,6 +307,11 @@ int main(int argc, char** argv) {
                  "plan with this policy alone (the others are skipped, and with them the "
                  "comparison with megatron_greedy)")
       ->check(CLI::IsMember({"balanced", "megatron_greedy", "uniform_cp", "static_cp"}));
+  bool regimes = false;
+  app.add_flag("--regimes", regimes,
+               "only the regimes of issue 61 (ProLong-like, 16 samples per rank at 1,024 ranks, a "
+               "64K-128K tail), under the two-tier cost, against megatron_greedy and the reference "
+               "rule (without --filter they also end the full run)");
   bool corners = false;
   app.add_flag("--corners", corners,
                "only the scaling corners (planning time at 4 sizes per corner; without --filter "
@@ -283,6 +333,18 @@ int main(int argc, char** argv) {
   };
   if (corners) {
     run_corners(*estimator, times.repeats);
+    return 0;
+  }
+  const auto print_regimes = [&] {
+    const auto cases = keep(dcpp_bench::regime_cases(quick ? 1 : 2));
+    if (cases.empty())
+      return;
+    fmt::print("\n# regimes of issue 61, two-tier cost (llama3-8b, NVLink 450 GB/s in nodes of 8, "
+               "InfiniBand 50 GB/s beyond)\n");
+    run_regimes(cases, dcpp_bench::two_tier_cost(), times);
+  };
+  if (regimes) {
+    print_regimes();
     return 0;
   }
   const auto generated = keep(generated_cases(quick));
@@ -312,7 +374,10 @@ int main(int argc, char** argv) {
     fmt::print("\n# reference workloads, estimator {}\n", estimator->name());
     good = run_table(refs, *estimator, times, 0.0, only_policy) && good;
   }
-  if (filter.empty() && only_policy.empty() && !quick)
-    run_corners(*estimator, times.repeats);
+  if (filter.empty() && only_policy.empty()) {
+    print_regimes();
+    if (!quick)
+      run_corners(*estimator, times.repeats);
+  }
   return strict && !good ? 1 : 0;
 }
