@@ -2,7 +2,7 @@
 // ProLong-like mix), 16 samples per rank at 1,024 ranks, and a 64K-128K tail on 256 ranks; and a
 // reference planner written from the one-line description, the benchmark's baseline
 // column beside megatron_greedy: global longest-first over K micro-batches on aligned
-// power-of-two groups, trying a doubled CP size for the heaviest samples.
+// power-of-two groups, trying a doubled CP size for the heaviest samples (from 1% of them to all).
 #pragma once
 
 #include <algorithm>
@@ -137,9 +137,10 @@ std::optional<dcpp::plan> deal(const dcpp::problem& pr, const Estimator& estimat
 } // namespace detail_reference
 
 //! The reference rule: for K from the fewest rounds the tokens allow up to twice that (in steps of
-//! the micro-batch multiple), and for none, 1% and 5% of the samples (the costliest) on twice
-//! their smallest legal size, the global longest-first deal above; the fastest plan under
-//! `estimator`. Aligned topology: every size a power of two at an aligned first rank.
+//! the micro-batch multiple), and for none, 1%, 5%, 10%, 25%, 50% and all of the samples (the
+//! costliest) on twice their smallest legal size, the global longest-first deal above; the
+//! fastest plan under `estimator`. Aligned topology: every size a power of two at an aligned first
+//! rank.
 template <class Estimator>
 dcpp::plan reference_plan(const dcpp::problem& pr, const Estimator& estimator) {
   const std::size_t n = pr.size();
@@ -157,7 +158,7 @@ dcpp::plan reference_plan(const dcpp::problem& pr, const Estimator& estimator) {
   const std::int32_t largest = pr.cp_sizes.empty() ? 1 : pr.cp_sizes.back();
   std::optional<dcpp::plan> best;
   double best_step = std::numeric_limits<double>::infinity();
-  for (const double doubled : {0.0, 0.01, 0.05}) {
+  for (const double doubled : {0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0}) {
     std::vector<std::int32_t> sizes = smallest;
     std::vector<std::size_t> by_cost(n);
     std::iota(by_cost.begin(), by_cost.end(), std::size_t{0});
