@@ -158,14 +158,15 @@ dcpp::plan reference_plan(const dcpp::problem& pr, const Estimator& estimator) {
   const std::int32_t largest = pr.cp_sizes.empty() ? 1 : pr.cp_sizes.back();
   std::optional<dcpp::plan> best;
   double best_step = std::numeric_limits<double>::infinity();
+  // the samples by their cost on their smallest size, the costliest first (the doubled ones)
+  std::vector<std::size_t> by_cost(n);
+  std::iota(by_cost.begin(), by_cost.end(), std::size_t{0});
+  std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::size_t a, std::size_t b) {
+    return dcpp::sample_cost(pr, estimator, a, smallest[a]) >
+           dcpp::sample_cost(pr, estimator, b, smallest[b]);
+  });
   for (const double doubled : {0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0}) {
     std::vector<std::int32_t> sizes = smallest;
-    std::vector<std::size_t> by_cost(n);
-    std::iota(by_cost.begin(), by_cost.end(), std::size_t{0});
-    std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::size_t a, std::size_t b) {
-      return dcpp::sample_cost(pr, estimator, a, smallest[a]) >
-             dcpp::sample_cost(pr, estimator, b, smallest[b]);
-    });
     const auto heavy = static_cast<std::size_t>(std::ceil(doubled * static_cast<double>(n)));
     for (std::size_t h = 0; h < heavy; ++h)
       sizes[by_cost[h]] = std::min(2 * sizes[by_cost[h]], largest);

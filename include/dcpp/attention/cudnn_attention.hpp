@@ -53,11 +53,6 @@ inline void cudnn_check(cudnnStatus_t s, const char* what) {
     throw error(status_code::communication_error,
                 fmt::format("cuDNN attention: {} failed: {}", what, cudnnGetErrorString(s)));
 }
-inline void cudnn_cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw error(status_code::communication_error,
-                fmt::format("cuDNN attention: {} failed: {}", what, cudaGetErrorString(e)));
-}
 
 //! One call's ragged description in device memory: per entry its real rows (int32 [b]) and the
 //! element offsets of its segments in Q, K, V, O and the LSE (int32 [b + 1], the last one past
@@ -120,14 +115,15 @@ public:
       zero(o_t_.data(), on);
       fill(lse, -std::numeric_limits<float>::infinity(), ln);
       run_forward(calls[c], p, lse);
-      detail::cudnn_cuda_check(kernels::attention_widen<T>(o_t_.data(), o, on, stream_),
-                               "attention_widen");
+      detail::attention_cuda_check(kernels::attention_widen<T>(o_t_.data(), o, on, stream_),
+                                   "attention_widen");
       if (c > 0)
         merge(p);
     }
     if (calls.empty()) { // no visible key anywhere in the step
-      detail::cudnn_cuda_check(cudaMemsetAsync(p.o, 0, static_cast<std::size_t>(on) * 4, stream_),
-                               "cudaMemsetAsync");
+      detail::attention_cuda_check(
+          cudaMemsetAsync(p.o, 0, static_cast<std::size_t>(on) * sizeof(float), stream_),
+          "cudaMemsetAsync");
       fill(p.lse, -std::numeric_limits<float>::infinity(), ln);
     }
   }
@@ -144,12 +140,15 @@ public:
       zero(dk_t_.data(), kn);
       zero(dv_t_.data(), vn);
       run_backward(c, p);
-      detail::cudnn_cuda_check(kernels::attention_add_widened<T>(p.dq, dq_t_.data(), qn, stream_),
-                               "attention_add_widened");
-      detail::cudnn_cuda_check(kernels::attention_add_widened<T>(p.dk, dk_t_.data(), kn, stream_),
-                               "attention_add_widened");
-      detail::cudnn_cuda_check(kernels::attention_add_widened<T>(p.dv, dv_t_.data(), vn, stream_),
-                               "attention_add_widened");
+      detail::attention_cuda_check(
+          kernels::attention_add_widened<T>(p.dq, dq_t_.data(), qn, stream_),
+          "attention_add_widened");
+      detail::attention_cuda_check(
+          kernels::attention_add_widened<T>(p.dk, dk_t_.data(), kn, stream_),
+          "attention_add_widened");
+      detail::attention_cuda_check(
+          kernels::attention_add_widened<T>(p.dv, dv_t_.data(), vn, stream_),
+          "attention_add_widened");
     }
   }
 
@@ -372,7 +371,7 @@ private:
   void merge(const kernels::attention_params<T>& p) {
     if (all_rows_.count == 0)
       all_rows_ = detail::device_tiles(part_.tiles(64, attention_rows::all));
-    detail::cudnn_cuda_check(
+    detail::attention_cuda_check(
         detail::with_value_dim(
             shape_,
             [&](auto d) {
@@ -385,12 +384,12 @@ private:
   }
 
   void zero(void* p, std::int64_t elements) {
-    detail::cudnn_cuda_check(
+    detail::attention_cuda_check(
         cudaMemsetAsync(p, 0, static_cast<std::size_t>(elements) * sizeof(T), stream_),
         "cudaMemsetAsync");
   }
   void fill(float* p, float value, std::int64_t n) {
-    detail::cudnn_cuda_check(kernels::attention_fill(p, value, n, stream_), "attention_fill");
+    detail::attention_cuda_check(kernels::attention_fill(p, value, n, stream_), "attention_fill");
   }
   void ensure_forward_space(std::int64_t on, std::int64_t ln) {
     if (o_t_.size() < static_cast<std::size_t>(on)) {
