@@ -20,18 +20,26 @@ def main():
     ap.add_argument('--out', required=True)
     a = ap.parse_args()
     report = {'devices': [], 'tests': [], 'bench': None}
-    with open(a.devices) as f:
-        report['devices'] = [line.strip() for line in f if line.strip()]
-    if os.path.exists(a.tests):
-        with open(a.tests) as f:
-            for line in f:
-                t = json.loads(line)
-                if 'gpu' in t.get('suite', []) or t.get('name', '').startswith('gpu /'):
-                    report['tests'].append({'name': t['name'], 'result': t['result'],
-                                            'seconds': round(t.get('duration', 0.0), 2)})
-    if os.path.exists(a.bench):
-        with open(a.bench) as f:
-            report['bench'] = json.load(f)
+    try:
+        with open(a.devices) as f:
+            report['devices'] = [line.strip() for line in f if line.strip()]
+    except OSError as e:
+        print(f'gpu_report: cannot read --devices {a.devices}: {e.strerror}', file=sys.stderr)
+        return 1
+    try:
+        if os.path.exists(a.tests):
+            with open(a.tests) as f:
+                for line in f:
+                    t = json.loads(line)
+                    if 'gpu' in t.get('suite', []) or t.get('name', '').startswith('gpu /'):
+                        report['tests'].append({'name': t['name'], 'result': t['result'],
+                                                'seconds': round(t.get('duration', 0.0), 2)})
+        if os.path.exists(a.bench):
+            with open(a.bench) as f:
+                report['bench'] = json.load(f)
+    except (OSError, ValueError, KeyError) as e:
+        print(f'gpu_report: cannot read the test log or the benchmark: {e}', file=sys.stderr)
+        return 1
     print()
     for d in report['devices']:
         print(d)
@@ -49,15 +57,20 @@ def main():
             print(f"{r['kernel']:<36} {r['ms']:>9.3f} {r['rate']:>10.1f} {r['unit']:>8} "
                   f"{r['of_peak_percent']:>7.1f}% {predicted:>10}")
     directory = os.path.dirname(os.path.abspath(a.out))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix='.gpu_report.')
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix='.gpu_report.')
+    except OSError as e:
+        print(f'gpu_report: cannot write --out {a.out}: {e.strerror}', file=sys.stderr)
+        return 1
     try:
         with os.fdopen(fd, 'w') as f:
             json.dump(report, f, indent=1)
             f.write('\n')
         os.replace(tmp, a.out)
-    except BaseException:
+    except OSError as e:
         os.unlink(tmp)
-        raise
+        print(f'gpu_report: cannot write --out {a.out}: {e.strerror}', file=sys.stderr)
+        return 1
     print(f'\nwrote {a.out}')
     return 0 if all(t['result'] in ('OK', 'SKIP', 'EXPECTEDFAIL') for t in report['tests']) else 1
 
