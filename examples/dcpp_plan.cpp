@@ -38,6 +38,11 @@ dcpp::named_estimator parse_estimator(const std::string& spec, const dcpp::netwo
                "rms {:.2f}%, max {:.2f}% (row {})\n",
                r.coefficients, r.rows, fitted->gpus_per_node(), 100 * r.rms_relative,
                100 * r.max_relative, r.worst_row);
+    if (r.envelope_lift > 0)
+      fmt::print(info,
+                 "calibrated: the fitted formula falls as the length grows; priced by its running "
+                 "maximum, up to {:.2f}% above it (length {} on {} ranks)\n",
+                 100 * r.envelope_lift, r.lift_length, r.lift_cp);
   }
   return named;
 }

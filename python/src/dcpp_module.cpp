@@ -563,6 +563,7 @@ NB_MODULE(_dcpp, m) {
                      d["rms_relative"] = r.rms_relative;
                      d["max_relative"] = r.max_relative;
                      d["worst_row"] = r.worst_row;
+                     d["envelope_lift"] = r.envelope_lift;
                      return d;
                    })
       .def("cost", [](const calibration& c, std::int64_t length, std::int32_t cp) {

@@ -412,7 +412,8 @@ TEST_CASE("dcpp-plan: network options that do not apply are refused") {
                "do not apply to --estimator calibrated");
   const fs::path bad = write("cal3.csv", "1000,1,2\n2000,1,2\n8000,1,0.5\n16000,1,5\n");
   expect_error(ok.string() + " --estimator calibrated:" + bad.string(),
-               "do not describe a cost that grows");
+               "calibration row 3: (length = 8000, cp = 1) measured 0.5 s, 75% below the 2 s of "
+               "the shorter length 1000 (row 1)");
   CHECK(run(ok.string() + " --microbatch-overhead -1").status != 0);
   CHECK(run(ok.string() + " --gpus-per-node 0").status != 0);
   CHECK(run(ok.string() + " --inter-node-bandwidth 0").status != 0);
@@ -575,16 +576,22 @@ TEST_CASE("dcpp-plan: hostile inputs are one-line errors, never an abort (issue 
                "seqlens[0] = 18446744073709551615 must be a positive integer length");
   expect_error(write("frac.json", "{\"seqlens\": [100.5]}").string(),
                "seqlens[0] = 100.5 must be a positive integer length");
-  // a calibration that falls with the length, or prices the batch at zero: refused, naming it
+  // measured times that fall with the length, or a fit that prices the batch at zero: refused,
+  // naming the rows or the length
   const fs::path falling = write("falling.csv", "length,cp,seconds\n1000,1,2.0\n2000,1,1.5\n"
                                                 "4000,1,1.0\n");
-  const std::string calibrated =
-      " --world-size 1 --max-tokens-per-rank 16384 --estimator calibrated:" + falling.string();
-  expect_error(write("l9000.txt", "9000\n").string() + calibrated,
-               "calibrated: the fit prices a sample of length 9000 on 1 ranks at 0 s, not a time "
-               "> 0 (the calibration rows measured lengths 1000 to 4000");
-  expect_error(write("l3.txt", "1000\n4000\n2000\n").string() + calibrated,
-               "it falls as the length grows");
+  expect_error(
+      write("l3.txt", "1000\n4000\n2000\n").string() +
+          " --world-size 1 --max-tokens-per-rank 16384 --estimator calibrated:" + falling.string(),
+      "calibration row 3: (length = 4000, cp = 1) measured 1 s, 50% below the 2 s of the "
+      "shorter length 1000 (row 1)");
+  const fs::path steep = write("steep.csv", "length,cp,seconds\n1000,1,1.0\n2000,1,4.5\n"
+                                            "4000,1,20\n");
+  expect_error(
+      write("l100.txt", "100\n").string() +
+          " --world-size 1 --max-tokens-per-rank 16384 --estimator calibrated:" + steep.string(),
+      "calibrated: the fit prices a sample of length 100 on 1 ranks at 0 s, not a time "
+      "> 0 (the calibration rows measured lengths 1000 to 4000");
   // a measured time that is no time: named by the file and line (the fit named a row number)
   const fs::path nan_row =
       write("nan_row.csv", "length,cp,seconds\n1000,1,2.0\n# 2K\n2000,2,nan\n4000,1,1.0\n");

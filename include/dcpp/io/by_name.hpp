@@ -175,7 +175,7 @@ plan plan_named(const plan_options& options, const Estimator& estimator,
   const planner<Estimator, Packing> p(options, estimator, packing);
   throw_if_failed(p.can_plan(lengths));
   if constexpr (std::is_same_v<Estimator, calibrated_cost>) {
-    // a fit outside its rows may price samples at zero, or longer ones below shorter ones
+    // a fit outside its rows may price samples at zero or at infinity
     const problem pr = make_problem(options, lengths);
     estimator.check_lengths(pr.lengths, pr.min_cp_of, pr.cp_sizes);
   }

@@ -17,32 +17,12 @@
 #include <fmt/format.h>
 
 #include "dcpp/error.hpp"
+#include "dcpp/planner/calibration_rows.hpp"
 #include "dcpp/planner/estimator.hpp"
 #include "dcpp/planner/network.hpp"
 #include "dcpp/planner/util/householder.hpp"
 
 namespace dcpp {
-
-//! One measurement: a sample of `length` tokens on a group of `cp` ranks took `seconds` per rank
-//! (forward and backward); or, with `microbatch` set, one micro-batch's fixed cost took `seconds`
-//! (`length` and `cp` unused).
-struct calibration_row {
-  std::int64_t length = 0;
-  std::int32_t cp = 1;
-  double seconds = 0;
-  bool microbatch = false;
-};
-
-//! How well a fit matches its rows: relative residuals `(fitted - measured) / measured`.
-struct calibration_report {
-  std::size_t rows = 0;         //!< rows fitted (sample and micro-batch rows)
-  std::size_t coefficients = 0; //!< coefficients the rows determine (the others are 0)
-  double rms_relative = 0;      //!< root mean square of the relative residuals
-  double max_relative = 0;      //!< the largest |relative residual|...
-  std::size_t worst_row = 0;    //!< ...and its row (1-based, in input order)
-  std::int64_t shortest = 0;    //!< the shortest and longest measured sample lengths
-  std::int64_t longest = 0;
-};
 
 //! cost(L, cp) = max(0, compute + ring), with t = L/cp the tokens per rank:
 //!   compute: a*t + b*L^2/cp (linear layers, causal attention);
@@ -61,6 +41,11 @@ struct calibration_report {
 //! that the rows cannot determine: fewer than `rows_per_hinge` rows beyond a knot, or a column
 //! that is nearly a combination of the others. An undetermined compute, latency or bandwidth
 //! term is an error.
+//! The formula can fall as the length grows where the rows have a kink between knots (the length
+//! at which the ring's exchange stops hiding behind compute): `cost` is its running maximum over
+//! the lengths from 1 up, the least non-decreasing cost at or above it, so a fit of a real
+//! cluster's timings always gives a cost the planner can use; the report says how much that
+//! lifts it (`calibration_report::envelope_lift`).
 class calibrated_cost {
 public:
   static constexpr std::size_t knot_count = 25;
@@ -76,67 +61,20 @@ public:
   //! A hinge is fitted only where at least this many rows lie beyond its knot: with fewer, a
   //! hinge fits noise (docs/benchmarks.md, "Calibration", has the measurement).
   static constexpr std::size_t rows_per_hinge = 8;
-  static constexpr std::array<std::string_view, feature_count> feature_names{
-      "tokens_per_rank",
-      "length^2/cp",
-      "intra-node (cp-1)",
-      "intra-node (cp-1)*t",
-      "intra-node (cp-1)*t^2",
-      "intra-node (cp-1)*max(0, t-512)",
-      "intra-node (cp-1)*max(0, t-609)",
-      "intra-node (cp-1)*max(0, t-724)",
-      "intra-node (cp-1)*max(0, t-861)",
-      "intra-node (cp-1)*max(0, t-1024)",
-      "intra-node (cp-1)*max(0, t-1218)",
-      "intra-node (cp-1)*max(0, t-1448)",
-      "intra-node (cp-1)*max(0, t-1722)",
-      "intra-node (cp-1)*max(0, t-2048)",
-      "intra-node (cp-1)*max(0, t-2435)",
-      "intra-node (cp-1)*max(0, t-2896)",
-      "intra-node (cp-1)*max(0, t-3444)",
-      "intra-node (cp-1)*max(0, t-4096)",
-      "intra-node (cp-1)*max(0, t-4871)",
-      "intra-node (cp-1)*max(0, t-5793)",
-      "intra-node (cp-1)*max(0, t-6889)",
-      "intra-node (cp-1)*max(0, t-8192)",
-      "intra-node (cp-1)*max(0, t-9742)",
-      "intra-node (cp-1)*max(0, t-11585)",
-      "intra-node (cp-1)*max(0, t-13777)",
-      "intra-node (cp-1)*max(0, t-16384)",
-      "intra-node (cp-1)*max(0, t-19484)",
-      "intra-node (cp-1)*max(0, t-23170)",
-      "intra-node (cp-1)*max(0, t-27554)",
-      "intra-node (cp-1)*max(0, t-32768)",
-      "inter-node (cp-1)",
-      "inter-node (cp-1)*t",
-      "inter-node (cp-1)*t^2",
-      "inter-node (cp-1)*max(0, t-512)",
-      "inter-node (cp-1)*max(0, t-609)",
-      "inter-node (cp-1)*max(0, t-724)",
-      "inter-node (cp-1)*max(0, t-861)",
-      "inter-node (cp-1)*max(0, t-1024)",
-      "inter-node (cp-1)*max(0, t-1218)",
-      "inter-node (cp-1)*max(0, t-1448)",
-      "inter-node (cp-1)*max(0, t-1722)",
-      "inter-node (cp-1)*max(0, t-2048)",
-      "inter-node (cp-1)*max(0, t-2435)",
-      "inter-node (cp-1)*max(0, t-2896)",
-      "inter-node (cp-1)*max(0, t-3444)",
-      "inter-node (cp-1)*max(0, t-4096)",
-      "inter-node (cp-1)*max(0, t-4871)",
-      "inter-node (cp-1)*max(0, t-5793)",
-      "inter-node (cp-1)*max(0, t-6889)",
-      "inter-node (cp-1)*max(0, t-8192)",
-      "inter-node (cp-1)*max(0, t-9742)",
-      "inter-node (cp-1)*max(0, t-11585)",
-      "inter-node (cp-1)*max(0, t-13777)",
-      "inter-node (cp-1)*max(0, t-16384)",
-      "inter-node (cp-1)*max(0, t-19484)",
-      "inter-node (cp-1)*max(0, t-23170)",
-      "inter-node (cp-1)*max(0, t-27554)",
-      "inter-node (cp-1)*max(0, t-32768)",
-      "micro-batch",
-  };
+  //! The name of feature `k`, for errors: "tokens_per_rank", "length^2/cp", then per tier
+  //! "intra-node (cp-1)", "... (cp-1)*t", "... (cp-1)*t^2", "... (cp-1)*max(0, t-K)" at each
+  //! knot K, and "micro-batch".
+  [[nodiscard]] static std::string feature_name(std::size_t k) {
+    if (k < intra_first)
+      return k == 0 ? "tokens_per_rank" : "length^2/cp";
+    if (k >= microbatch_feature)
+      return "micro-batch";
+    const char* tier = k < inter_first ? "intra-node" : "inter-node";
+    const std::size_t j = (k - intra_first) % tier_features;
+    if (j < 3)
+      return fmt::format("{} (cp-1){}", tier, j == 0 ? "" : j == 1 ? "*t" : "*t^2");
+    return fmt::format("{} (cp-1)*max(0, t-{})", tier, knots[j - 3]);
+  }
 
   calibrated_cost() = default;
   explicit calibrated_cost(std::array<double, feature_count> coefficients,
@@ -175,9 +113,19 @@ public:
 
   [[nodiscard]] static std::string name() { return "calibrated"; }
 
-  //! The fitted time; the features' sum term by term as `features` lays them out (the ring's
-  //! part, exposed communication, never below zero).
+  //! The fitted time: the formula (`formula`) where it is at least its value at every shorter
+  //! length on `cp` ranks, else that running maximum (the least non-decreasing cost at or above
+  //! the formula). The lift applies only beyond one part in 1e9, so that a formula that rises
+  //! everywhere keeps its bits (the maximum is evaluated in another order of operations).
   [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const noexcept {
+    const double direct = formula(length, cp);
+    const double envelope = running_maximum(length, cp);
+    return envelope > direct * (1 + 1e-9) ? envelope : direct;
+  }
+
+  //! The fitted formula itself: the features' sum term by term as `features` lays them out (the
+  //! ring's part, exposed communication, never below zero); it may fall as the length grows.
+  [[nodiscard]] double formula(std::int64_t length, std::int32_t cp) const noexcept {
     const double l = static_cast<double>(length);
     const double c = static_cast<double>(cp);
     const double t = l / c;
@@ -190,6 +138,42 @@ public:
     for (std::size_t j = 0; j < knot_count && t > knots[j]; ++j)
       ring += g[3 + j] * (steps * (t - knots[j]));
     return std::max(0.0, compute + std::max(0.0, ring));
+  }
+
+  //! The largest value of the formula over the lengths from 1 to `length` on `cp` ranks. In
+  //! tokens per rank t = length/cp the formula is max(0, compute, compute + ring), and each
+  //! branch is a quadratic between knots (b*L^2/cp = b*cp*t^2), so its maximum over an interval
+  //! is at a piece's ends or at a concave piece's vertex.
+  [[nodiscard]] double running_maximum(std::int64_t length, std::int32_t cp) const noexcept {
+    const double c = static_cast<double>(cp);
+    const double t = static_cast<double>(length) / c;
+    const double first = 1.0 / c;
+    if (!(t > first))
+      return formula(length, cp);
+    const double a = coefficients_[0];
+    const double bc = coefficients_[1] * c;
+    double best = std::max(0.0, quadratic_maximum(bc, a, 0.0, first, t));
+    if (cp <= 1)
+      return best;
+    // compute + ring on the piece after the last knot passed: each hinge passed adds its
+    // coefficient to the slope and takes the coefficient times its knot from the constant
+    const double* g = coefficients_.data() + (cp > gpus_per_node_ ? inter_first : intra_first);
+    const double steps = c - 1.0;
+    double slope = g[1];
+    double constant = g[0];
+    double lower = first;
+    for (std::size_t j = 0; j <= knot_count; ++j) {
+      const double upper = j < knot_count ? std::min(t, knots[j]) : t;
+      if (upper >= lower)
+        best = std::max(best, quadratic_maximum(bc + steps * g[2], a + steps * slope,
+                                                steps * constant, lower, upper));
+      if (upper >= t)
+        break;
+      slope += g[3 + j];
+      constant -= g[3 + j] * knots[j];
+      lower = std::max(lower, knots[j]);
+    }
+    return best;
   }
 
   //! The fitted micro-batch overhead (seconds), or none when no micro-batch row was measured.
@@ -213,26 +197,45 @@ public:
   //! dcpp::error naming the row, the undetermined feature, or a fit that prices nothing.
   static calibrated_cost fit(std::span<const calibration_row> rows,
                              std::int32_t gpus_per_node = 8) {
-    check_rows(rows, gpus_per_node);
+    detail::check_calibration_rows(rows, gpus_per_node);
     const std::array<double, feature_count> scale = column_scales(rows, gpus_per_node);
     std::vector<std::size_t> used = used_columns(rows, gpus_per_node, scale);
-    const std::array<double, feature_count> coefficients =
-        least_squares(rows, gpus_per_node, scale, used);
-    calibrated_cost fitted(coefficients, gpus_per_node, scale[microbatch_feature] > 0);
-    fitted.fill_report(rows, used.size());
-    return fitted;
+    for (;;) {
+      calibrated_cost fitted(least_squares(rows, gpus_per_node, scale, used), gpus_per_node,
+                             scale[microbatch_feature] > 0);
+      fitted.fill_report(rows, used.size());
+      // a formula that falls over the measured range bends where its rows do not make it: the
+      // hinge nearest the lift goes and the rows are fitted again, until it rises (within
+      // `lift_tolerance`) or no hinge of that tier is left; the envelope covers the rest
+      const calibration_report& r = fitted.report_;
+      if (!(r.envelope_lift > lift_tolerance) || r.lift_cp <= 1)
+        return fitted;
+      const std::size_t first = r.lift_cp > gpus_per_node ? inter_first : intra_first;
+      const double t = static_cast<double>(r.lift_length) / static_cast<double>(r.lift_cp);
+      auto nearest = used.end();
+      for (auto k = used.begin(); k != used.end(); ++k)
+        if (is_hinge(*k) && *k >= first && *k < first + tier_features &&
+            (nearest == used.end() || std::abs(std::log(knots[*k - first - 3] / t)) <
+                                          std::abs(std::log(knots[*nearest - first - 3] / t))))
+          nearest = k;
+      if (nearest == used.end())
+        return fitted;
+      used.erase(nearest);
+    }
   }
 
-  //! A fit is only as good as the lengths its rows cover: outside them (or with rows that
-  //! disagree) it may price a sample at zero or below, or a longer sample below a shorter one,
-  //! and a plan made with it would be wrong without a word. Checks every distinct length of
-  //! `lengths` at every size of `sizes` from `smallest_cp[s]` up: the price must be positive and
-  //! finite, and must not fall by more than `tolerance` (relative) from one length to the next
-  //! longer one at the same size. Throws dcpp::error naming the lengths, the size, the prices
-  //! and the range of lengths the rows measured.
+  //! The envelope's lift a fit may keep without dropping a hinge (relative).
+  static constexpr double lift_tolerance = 0.005;
+
+  //! A fit is only as good as the lengths its rows cover: below them it may price a sample at
+  //! zero, and far beyond them at infinity, and a plan made with it would be wrong without a
+  //! word. (It never prices a longer sample below a shorter one: `cost` is non-decreasing.)
+  //! Checks every distinct length of `lengths` at every size of `sizes` from `smallest_cp[s]`
+  //! up: the price must be positive and finite. Throws dcpp::error naming the length, the size,
+  //! the price and the range of lengths the rows measured.
   void check_lengths(std::span<const std::int64_t> lengths,
-                     std::span<const std::int32_t> smallest_cp, std::span<const std::int32_t> sizes,
-                     double tolerance = 0.01) const {
+                     std::span<const std::int32_t> smallest_cp,
+                     std::span<const std::int32_t> sizes) const {
     std::vector<std::pair<std::int64_t, std::int32_t>> by_length(lengths.size());
     for (std::size_t s = 0; s < lengths.size(); ++s)
       by_length[s] = {lengths[s], smallest_cp[s]};
@@ -246,9 +249,7 @@ public:
             : fmt::format("the calibration rows measured lengths {} to {}; measure samples that "
                           "cover the batch",
                           report_.shortest, report_.longest);
-    for (const std::int32_t cp : sizes) {
-      std::int64_t previous_length = -1;
-      double previous = 0;
+    for (const std::int32_t cp : sizes)
       for (const auto& [length, smallest] : by_length) {
         if (smallest > cp)
           continue;
@@ -258,43 +259,21 @@ public:
                       fmt::format("calibrated: the fit prices a sample of length {} on {} ranks "
                                   "at {} s, not a time > 0 ({})",
                                   length, cp, price, measured));
-        if (previous_length >= 0 && price < previous * (1 - tolerance))
-          throw error(status_code::invalid_option,
-                      fmt::format("calibrated: the fit prices length {} on {} ranks at {:.6g} s, "
-                                  "below the {:.6g} s of the shorter length {}: it falls as the "
-                                  "length grows ({})",
-                                  length, cp, price, previous, previous_length, measured));
-        previous_length = length, previous = price;
       }
-    }
   }
 
 private:
-  //! The rows' own checks: positive finite times, positive lengths and sizes, a sample row.
-  static void check_rows(std::span<const calibration_row> rows, std::int32_t gpus_per_node) {
-    if (gpus_per_node < 1)
-      throw error(status_code::invalid_option,
-                  fmt::format("calibration: gpus_per_node = {} must be >= 1", gpus_per_node));
-    std::size_t sample_rows = 0;
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const auto& r = rows[i];
-      if (!(r.seconds > 0) || !std::isfinite(r.seconds))
-        throw error(status_code::parse_error,
-                    fmt::format("calibration row {}: seconds = {} must be a finite time > 0", i + 1,
-                                r.seconds));
-      if (r.microbatch)
-        continue;
-      ++sample_rows;
-      if (r.length <= 0 || r.cp <= 0)
-        throw error(status_code::parse_error,
-                    fmt::format("calibration row {}: (length = {}, cp = {}) must have length > 0 "
-                                "and cp > 0",
-                                i + 1, r.length, r.cp));
+  //! The largest value of q2*t^2 + q1*t + q0 over [from, to].
+  static double quadratic_maximum(double q2, double q1, double q0, double from,
+                                  double to) noexcept {
+    const auto q = [&](double x) { return (q2 * x + q1) * x + q0; };
+    double best = std::max(q(from), q(to));
+    if (q2 < 0) {
+      const double vertex = -q1 / (2 * q2);
+      if (vertex > from && vertex < to)
+        best = std::max(best, q(vertex));
     }
-    if (sample_rows == 0)
-      throw error(status_code::parse_error,
-                  "calibration: no (length, cp, seconds) row; micro-batch rows alone price no "
-                  "sample");
+    return best;
   }
 
   //! A row in relative terms: its features divided by its time.
@@ -328,21 +307,32 @@ private:
 
   //! The columns the fit starts from: those some row exercises, a hinge only where at least
   //! `rows_per_hinge` rows lie beyond its knot (one row would fit itself exactly and teach
-  //! nothing); the required columns first (compute, each tier's latency and bandwidth, the
-  //! micro-batch), then the shape columns, which are left out, last first, where the rows cannot
-  //! determine them (too few rows, or a column that is nearly a combination of others).
+  //! nothing) and one lies before the next knot (without, the rows fix only the sum of the
+  //! bends between two measured points, and the fit zigzags between them to match it: the
+  //! grid of powers of two measures none of three pieces in four); the required columns first
+  //! (compute, each tier's latency and bandwidth, the micro-batch), then the shape columns, which
+  //! are left out, last first, where the rows cannot determine them (too few rows, or a column that
+  //! is nearly a combination of others).
   static std::vector<std::size_t> used_columns(std::span<const calibration_row> rows,
                                                std::int32_t gpus_per_node,
                                                const std::array<double, feature_count>& scale) {
     std::array<std::size_t, feature_count> exercised{};
+    std::array<bool, feature_count> bent{}; // a hinge: a row between its knot and the next
     for (const calibration_row& r : rows) {
       const auto x = features(r, gpus_per_node);
       for (std::size_t k = 0; k < feature_count; ++k)
         exercised[k] += x[k] != 0 ? 1 : 0;
+      if (r.microbatch || r.cp <= 1)
+        continue;
+      const double t = static_cast<double>(r.length) / static_cast<double>(r.cp);
+      const std::size_t first = r.cp > gpus_per_node ? inter_first : intra_first;
+      for (std::size_t j = 0; j < knot_count; ++j)
+        if (t > knots[j] && (j + 1 == knot_count || t <= knots[j + 1]))
+          bent[first + 3 + j] = true;
     }
     std::vector<std::size_t> used;
     for (std::size_t k = 0; k < feature_count; ++k)
-      if (scale[k] > 0 && (!is_hinge(k) || exercised[k] >= rows_per_hinge))
+      if (scale[k] > 0 && (!is_hinge(k) || (exercised[k] >= rows_per_hinge && bent[k])))
         used.push_back(k);
     std::stable_partition(used.begin(), used.end(), [](std::size_t k) { return !is_shape(k); });
     const std::size_t n = rows.size();
@@ -382,7 +372,7 @@ private:
           throw error(status_code::parse_error,
                       fmt::format("calibration: the rows do not determine the coefficient of {} "
                                   "(it is a combination of the others); vary length and cp more",
-                                  feature_names[used[undetermined]]));
+                                  feature_name(used[undetermined])));
         used.erase(used.begin() + static_cast<std::ptrdiff_t>(undetermined));
         continue;
       }
@@ -426,10 +416,25 @@ private:
       }
     }
     report.rms_relative = std::sqrt(sum2 / static_cast<double>(n));
+    std::vector<std::int32_t> sizes;
     for (const auto& r : rows)
       if (!r.microbatch) {
         report.shortest = report.shortest == 0 ? r.length : std::min(report.shortest, r.length);
         report.longest = std::max(report.longest, r.length);
+        sizes.push_back(r.cp);
+      }
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    // the envelope's lift over the measured range, at lengths 2^(1/64) apart
+    for (const std::int32_t cp : sizes)
+      for (double l = static_cast<double>(report.shortest);; l *= 1.0109) {
+        const auto length = std::min(static_cast<std::int64_t>(l), report.longest);
+        const double direct = formula(length, cp);
+        const double lift = direct > 0 ? cost(length, cp) / direct - 1 : 0.0;
+        if (lift > report.envelope_lift)
+          report.envelope_lift = lift, report.lift_length = length, report.lift_cp = cp;
+        if (length == report.longest)
+          break;
       }
   }
 
