@@ -784,7 +784,9 @@ TEST_CASE("balanced: under length^2/cp one world-wide size per round balances to
     CAPTURE(seed);
     const auto lengths = w::sft_lognormal(1500, seed, 900, 1.0, 16, 4096);
     dcpp::balanced without;
-    without.constructions = dcpp::balanced{}.constructions & ~dcpp::balanced::construct_static;
+    // (nor from the sizes the sized construction raises, which reach 0.99 there)
+    without.constructions = dcpp::balanced{}.constructions &
+                            ~(dcpp::balanced::construct_static | dcpp::balanced::construct_sized);
     const auto before = run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{}, without);
     const auto p = run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{});
     check_invariants(p, o);
@@ -1098,11 +1100,11 @@ TEST_CASE("balanced: with few samples per rank, past the megatron limit, never s
     const auto m = run<dcpp::megatron_greedy>(o, lengths, e);
     check_invariants(b, o);
     CHECK(b.metrics.estimated_step_time <= m.metrics.estimated_step_time);
-    if (world == 1024) { // without the rule it was 20% slower there
+    if (world == 1024) { // without the rule it was 20% slower there (10% since issue 61)
       dcpp::balanced without;
       without.tuning.megatron_samples_per_rank = 0;
       CHECK(run<dcpp::balanced>(o, lengths, e, without).metrics.estimated_step_time >
-            1.1 * m.metrics.estimated_step_time);
+            1.05 * m.metrics.estimated_step_time);
     }
   }
 }

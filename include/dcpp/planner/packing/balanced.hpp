@@ -62,13 +62,14 @@ struct balanced_with {
   std::int32_t extra_microbatches = -1;
   //! Which constructions' plans compete (bits). The megatron construction runs within its limit
   //! whatever the bits, to bound the rounds.
-  std::uint32_t constructions = 63;
+  std::uint32_t constructions = 127;
   static constexpr std::uint32_t construct_megatron = 1;
   static constexpr std::uint32_t construct_levelled = 2;
   static constexpr std::uint32_t construct_targeted = 4;
   static constexpr std::uint32_t construct_static = 8;
   static constexpr std::uint32_t construct_chunked = 16;
   static constexpr std::uint32_t construct_bisected = 32;
+  static constexpr std::uint32_t construct_sized = 64;
   balanced_tuning tuning{};
 
   //! The order of the megatron, static and targeted constructions' samples. The buckets are
@@ -198,6 +199,7 @@ balanced_with<Bucketing>::pack_apart(const problem& pr, const Estimator& estimat
     tabulate_costs(others, estimator);
   balanced_with inner = *this;
   inner.constructions &= ~(construct_chunked | construct_bisected);
+  inner.tuning.second_list = false;
   std::vector<plan_microbatch> rounds = inner.pack_with(others, estimator, false).microbatches;
   for (plan_microbatch& mb : rounds)
     for (plan_group& g : mb.groups)

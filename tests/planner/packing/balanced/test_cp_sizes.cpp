@@ -1,5 +1,6 @@
 // Tests for planner/cost_rows.hpp and balanced/cp_sizes.hpp: the cost view reads the same
-// numbers with and without a table; the CP sizes against properties checked size by size.
+// numbers with and without a table; the CP sizes against properties checked size by size, and
+// the sized construction's sizes against its rule written out.
 #include "../../../support.hpp"
 
 #include <cstddef>
@@ -134,6 +135,69 @@ TEST_CASE("raise_toward_target: sizes only grow, costs only fall, every cost is 
     }
   }
   CHECK(raised > 0);
+}
+
+namespace {
+//! The sized construction's rule written out plainly: per pass, the target is the sizes' area
+//! over world x rounds; a sample costlier than it takes the first larger size on its ladder
+//! within it, else the cheapest larger one that is cheaper than its own; passes while one moves.
+std::vector<std::int32_t> raised_by_hand(const batch& b, std::vector<std::int32_t> cp,
+                                         std::int32_t rounds, std::int32_t passes) {
+  const auto price = [&](std::size_t s, std::int32_t c) {
+    return b.costs.cost(static_cast<std::int32_t>(s), c);
+  };
+  for (std::int32_t pass = 0; pass < passes; ++pass) {
+    double area = 0;
+    for (std::size_t s = 0; s < cp.size(); ++s)
+      area += price(s, cp[s]) * cp[s];
+    const double target = area / (static_cast<double>(b.pr.options.world_size) * rounds);
+    bool moved = false;
+    for (std::size_t s = 0; s < cp.size(); ++s) {
+      if (price(s, cp[s]) <= target)
+        continue;
+      std::int32_t pick = cp[s];
+      for (const std::int32_t c : ladder_of(b.pr, static_cast<std::int32_t>(s))) {
+        if (c <= cp[s])
+          continue;
+        if (price(s, c) < price(s, pick))
+          pick = c;
+        if (price(s, c) <= target)
+          break;
+      }
+      moved = moved || pick != cp[s];
+      cp[s] = pick;
+    }
+    if (!moved)
+      break;
+  }
+  return cp;
+}
+} // namespace
+
+TEST_CASE("target_sizes: the sized construction's sizes, or none where none is raised") {
+  const dcpp::balanced_tuning tuning;
+  int some = 0, none = 0;
+  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+    CAPTURE(seed);
+    const random_case c = make_random_case(seed);
+    const batch b(c.options, c.lengths, tabulation_for(seed));
+    const d::sample_sizes least = d::least_area_sizes(b.costs, tuning);
+    const std::int32_t k = d::token_lower_bound(b.costs, least);
+    const auto sized = d::target_sizes(least, b.costs, k, tuning);
+    const std::vector<std::int32_t> expected = raised_by_hand(b, least.cp, k, tuning.raise_passes);
+    if (!sized) {
+      ++none;
+      CHECK(expected == least.cp);
+      continue;
+    }
+    ++some;
+    CHECK(sized->cp == expected);
+    CHECK(sized->cp != least.cp);
+    for (std::size_t s = 0; s < least.cp.size(); ++s)
+      CHECK(sized->cost[s] == b.costs.cost(static_cast<std::int32_t>(s), sized->cp[s]));
+  }
+  CHECK(some > 0);
+  CHECK(none > 0);
 }
 
 TEST_CASE("per_size: a value per size made on first use, found until reset, listed in order") {

@@ -261,4 +261,33 @@ double raise_toward_target(sample_sizes& sizes, const cost_rows<Estimator>& cost
   return target;
 }
 
+//! The rounds a plan may take: the token minimum `k_min` and `extra_microbatches` micro-batch
+//! multiples more, or with -1 up to 1/`divisor` more (as many again at 1; at least one
+//! multiple). Every plan pays the micro-batch overhead per round, so a construction that uses
+//! more rounds wins only where they lower step time + overhead x micro-batches.
+[[nodiscard]] inline std::size_t round_allowance(std::int32_t k_min,
+                                                 std::int32_t extra_microbatches,
+                                                 std::int32_t multiple, std::int32_t divisor) {
+  std::int64_t extra = std::int64_t{extra_microbatches} * multiple;
+  if (extra_microbatches < 0) {
+    const std::int64_t share = ceil_div<std::int64_t>(k_min, divisor);
+    extra = round_up<std::int64_t>(std::max<std::int64_t>(1, share), multiple);
+  }
+  return static_cast<std::size_t>(k_min + extra);
+}
+
+//! The sizes of the sized construction: `least_area` with the samples costlier than the
+//! per-rank target of `rounds` rounds raised toward it (`raise_toward_target`); none where no
+//! sample is raised (the levelled runs start from those sizes already).
+template <class Estimator>
+[[nodiscard]] std::optional<sample_sizes>
+target_sizes(const sample_sizes& least_area, const cost_rows<Estimator>& costs, std::int32_t rounds,
+             const balanced_tuning& tuning) {
+  sample_sizes sizes = least_area;
+  raise_toward_target(sizes, costs, rounds, tuning);
+  if (sizes.cp == least_area.cp)
+    return std::nullopt;
+  return sizes;
+}
+
 } // namespace dcpp::detail

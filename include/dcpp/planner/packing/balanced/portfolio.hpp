@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -21,8 +22,10 @@
 #include "dcpp/planner/packing/balanced/assignment.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
 #include "dcpp/planner/packing/balanced/exchange.hpp"
+#include "dcpp/planner/packing/balanced/idle_ranks.hpp"
 #include "dcpp/planner/packing/balanced/levelled.hpp"
 #include "dcpp/planner/packing/balanced/local_search.hpp"
+#include "dcpp/planner/packing/balanced/sized.hpp"
 #include "dcpp/planner/packing/balanced/steps.hpp"
 #include "dcpp/planner/packing/balanced/targeted.hpp"
 #include "dcpp/planner/packing/balanced/tiled.hpp"
@@ -49,16 +52,41 @@ public:
         candidates_(size_ < tuning_.wide_search_limit ? tuning_.wide_candidates
                                                       : tuning_.narrow_candidates),
         least_area_(least_area_sizes(costs_, tuning_)),
-        k_min_(token_lower_bound(costs_, least_area_)), allowed_(first_allowance()),
+        k_min_(token_lower_bound(costs_, least_area_)),
+        allowed_(round_allowance(k_min_, policy_.extra_microbatches, o_.microbatch_multiple,
+                                 tuning_.extra_rounds_divisor)),
         bound_(lower_bound(pr, estimator)),
         floor_(bound_ *
                (1 + (size_ <= tuning_.levelled_variants_limit ? tuning_.bound_reached
                                                               : tuning_.bound_reached_large))),
         with_megatron_(size_ <= tuning_.megatron_limit), steps_(balanced_steps(tuning_)) {}
 
+  //! The steps, then the passes after them (`finish`). The second list of steps runs after the
+  //! first; where its plan is the best, the passes also run from the first list's best, and the
+  //! faster result is kept (the first's on a tie): the passes may gain less from the second's
+  //! plan than from the one it beat, and the second list must never make the plan slower.
   plan run() {
     start_with_megatron();
-    run_steps();
+    count_levelled_runs();
+    run_steps(false);
+    const auto first = std::tuple(best_, best_step_, have_plan_, allowed_, megatron_pending_);
+    run_steps(true);
+    const bool second_won = best_step_ != std::get<1>(first);
+    finish();
+    if (!second_won)
+      return std::move(best_);
+    plan second = std::move(best_);
+    const double second_step = best_step_;
+    std::tie(best_, best_step_, have_plan_, allowed_, megatron_pending_) = first;
+    finish();
+    return second_step < best_step_ ? std::move(second) : std::move(best_);
+  }
+
+private:
+  static constexpr auto name = Policy::name;
+
+  //! The passes after the steps, on the best plan.
+  void finish() {
     if (megatron_pending_ && !at_bound()) {
       state a = state::from_plan(costs_, megatron_plan_);
       if (a.step_time() <= tuning_.megatron_improve_within * best_step_)
@@ -75,23 +103,6 @@ public:
     // Last, the exchange once more: nothing runs after it, so that it only ever makes the plan
     // faster.
     exchange_best();
-    return std::move(best_);
-  }
-
-private:
-  static constexpr auto name = Policy::name;
-
-  //! Rounds beyond the token minimum: `extra_microbatches`, or up to 1/extra_rounds_divisor
-  //! more (as many again; at least one micro-batch multiple). Every plan pays the micro-batch
-  //! overhead per round, so a construction that uses more rounds wins only where they lower
-  //! step time + overhead x micro-batches.
-  [[nodiscard]] std::size_t first_allowance() const {
-    std::int64_t extra = std::int64_t{policy_.extra_microbatches} * o_.microbatch_multiple;
-    if (policy_.extra_microbatches < 0) {
-      const std::int64_t share = ceil_div<std::int64_t>(k_min_, tuning_.extra_rounds_divisor);
-      extra = round_up<std::int64_t>(std::max<std::int64_t>(1, share), o_.microbatch_multiple);
-    }
-    return static_cast<std::size_t>(k_min_ + extra);
   }
 
   const bucket_list& buckets() {
@@ -141,9 +152,8 @@ private:
     keep_if_faster(a);
   }
 
-  //! The megatron plan bounds the rounds and is the first candidate as it is; the local search
-  //! improves it after the other steps, where it is then within `megatron_improve_within` of
-  //! the best (see there).
+  //! The megatron plan bounds the rounds and is the first candidate as it is; it is improved
+  //! after the steps where within `megatron_improve_within` of the best.
   void start_with_megatron() {
     if (!with_megatron_)
       return;
@@ -162,10 +172,11 @@ private:
     const balanced_step& st = steps_[i];
     if (i == first_levelled_ && !with_megatron_)
       return true; // the fallback past the megatron limit
-    return policy_.selected(st.construction) && size_ <= st.up_to;
+    return policy_.selected(st.construction) && size_ <= st.up_to && size_ > st.above &&
+           (!st.second || tuning_.second_list);
   }
 
-  void run_steps() {
+  void count_levelled_runs() {
     using enum balanced_construction;
     first_levelled_ = static_cast<std::size_t>(
         std::find_if(steps_.begin(), steps_.end(),
@@ -174,8 +185,13 @@ private:
     for (std::size_t i = 0; i < steps_.size(); ++i)
       levelled_runs_ += runs(i) && steps_[i].construction == levelled ? 1 : 0;
     levelled_runs_total_ = levelled_runs_;
+  }
+
+  //! The steps of the first list, or of the `second`.
+  void run_steps(bool second) {
+    using enum balanced_construction;
     for (std::size_t i = 0; i < steps_.size() && !at_bound(); ++i) {
-      if (!runs(i))
+      if (!runs(i) || steps_[i].second != second)
         continue;
       const balanced_step& st = steps_[i];
       switch (st.construction) {
@@ -184,6 +200,7 @@ private:
       case targeted: run_targeted(); break;
       case chunked: run_chunked(); break;
       case bisected: run_bisected(); break;
+      case sized: run_sized(st); break;
       case megatron: break; // ran first
       }
     }
@@ -195,8 +212,13 @@ private:
       start_ = levelled_inputs(costs_, least_area_);
     std::vector<levelled_slot> slots =
         --levelled_runs_ == 0 ? std::move(start_->slots) : start_->slots;
+    detail::levelled_reach reach = st.reach;
+    if (i == first_levelled_ && size_ > tuning_.wide_raise_above &&
+        static_cast<double>(costs_.samples()) <=
+            tuning_.wide_raise_samples_per_rank * static_cast<double>(o_.world_size))
+      reach.raise_area = tuning_.wide_raise_area; // see `wide_raise_samples_per_rank`
     state a = levelled(costs_, std::move(slots), *start_, static_cast<std::int64_t>(allowed_),
-                       st.reach, tuning_);
+                       reach, tuning_);
     // The levelled variants often build the same rounds (small batches, where all run): the
     // local search, a function of those rounds, would only repeat itself, to a plan that
     // cannot win (an earlier one wins a tie)
@@ -217,6 +239,14 @@ private:
     } else {
       consider(a);
     }
+  }
+
+  //! The sized construction (balanced/sized.hpp), searched within `sized_within` of the best.
+  void run_sized(const balanced_step& st) {
+    if (std::optional<state> a = sized(costs_, least_area_, k_min_,
+                                       static_cast<std::int64_t>(allowed_), st.reach, tuning_))
+      if (!have_plan_ || a->step_time() <= tuning_.sized_within * best_step_)
+        consider(*a);
   }
 
   //! static_cp's plan at size `cp` (0: its own, the smallest that holds every sample).
@@ -344,38 +374,11 @@ private:
                        std::numeric_limits<std::int32_t>::max())));
   }
 
-  //! Idle ranks left in a round: its critical group grows into them while that makes the round
-  //! faster (`microbatch_state::grow_critical_into_idle_ranks`). Where no construction fills the
-  //! world (more ranks than samples, past the megatron limit) this keeps the plan from leaving
-  //! most ranks idle; elsewhere the rounds have no idle ranks and nothing changes.
+  //! Idle ranks left in a round go to their critical group (`grown_into_idle_ranks`).
   void grow_into_idle_ranks() {
     if (!have_plan_ || at_bound())
       return;
-    std::optional<plan> grown; // the best plan with its grown rounds, copied at the first one
-    for (std::size_t m = 0; m < best_.microbatches.size(); ++m) {
-      const plan_microbatch& mb = best_.microbatches[m];
-      std::int32_t busy = 0;
-      for (const auto& g : mb.groups)
-        busy += g.cp;
-      if (busy >= o_.world_size)
-        continue;
-      microbatch_state round(o_.world_size);
-      for (const auto& g : mb.groups) {
-        const std::int32_t at = round.open(g.first_rank, g.cp);
-        for (const std::int32_t sm : g.samples) {
-          const auto us = static_cast<std::size_t>(sm);
-          round.add(at, sm, pr_.rank_tokens(us, g.cp), sample_cost(pr_, estimator_, us, g.cp));
-        }
-      }
-      const double slowest = round.max_load();
-      round.grow_critical_into_idle_ranks(pr_, estimator_);
-      if (round.max_load() < slowest) {
-        if (!grown)
-          grown = best_;
-        grown->microbatches[m] = round.to_plan();
-      }
-    }
-    if (grown) {
+    if (const std::optional<plan> grown = grown_into_idle_ranks(best_, pr_, estimator_)) {
       state a = state::from_plan(costs_, *grown);
       if (a.step_time() < best_step_) {
         best_step_ = a.step_time();
@@ -389,7 +392,7 @@ private:
   void megatron_with_few_samples() {
     if (!with_megatron_ && policy_.selected(balanced_construction::megatron) && !at_bound() &&
         static_cast<double>(costs_.samples()) <=
-            tuning_.megatron_samples_per_rank * static_cast<double>(o_.world_size)) {
+            tuning_.megatron_share(o_.group_topology) * static_cast<double>(o_.world_size)) {
       state a = state::from_plan(costs_, megatron_pack());
       keep_if_faster(a, false);
     }
@@ -403,7 +406,10 @@ private:
           have_plan_ && best_step_ > bound_ * (1 + tuning_.aligned_gap)))
       return;
     if (std::optional<problem> aligned = aligned_problem(pr_, estimator_)) {
-      state a = state::from_plan(costs_, policy_.pack_with(*aligned, estimator_, true));
+      Policy inner = policy_; // as before the second list and the aligned megatron rule
+      inner.tuning.second_list = false;
+      inner.tuning.aligned_megatron_samples_per_rank = tuning_.megatron_samples_per_rank;
+      state a = state::from_plan(costs_, inner.pack_with(*aligned, estimator_, true));
       if (static_cast<std::size_t>(a.rounds()) <= allowed_)
         keep_if_faster(a);
     }

@@ -19,6 +19,7 @@ enum class balanced_construction : std::uint8_t {
   fixed_cp, //!< static_cp's plan: one CP size for every sample
   chunked,  //!< each class's gap-term rounds (bounds/gap.hpp), the other samples packed again
   bisected, //!< balanced/bisected.hpp: the samples that need CP first, the others packed again
+  sized,    //!< levelled from the sizes a round-time target asks for (`raise_toward_target`)
 };
 
 //! One step of the portfolio: a construction, the batch size (samples x ranks) up to which it
@@ -30,13 +31,20 @@ struct balanced_step {
   //! For a fixed-CP step: the sizes of least total area (`detail::least_total_area_sizes`)
   //! instead of static_cp's smallest.
   bool least_area_size = false;
+  //! The batch size above which it runs (with `up_to`: a range).
+  std::int64_t above = -1;
+  //! In the second list: after the first, and kept only where the passes after the steps do
+  //! not do better from the first list's best plan (`balanced_run::run`).
+  bool second = false;
 };
 
 //! The steps after the megatron construction, in the order they run (an earlier plan wins a
 //! tie; a plan at the lower bound ends them): one size for every sample at the sizes of least
 //! total area (static_cp's plan, or the tiled one where the size does not divide the world);
-//! levelled at the default reach with free rides (the one levelled run on large batches); the
-//! same without; its four variants; static; targeted; bisected; chunked.
+//! levelled at the default reach with free rides (the one levelled run on large batches, with
+//! `wide_raise_samples_per_rank`); the same without; its four variants; static; targeted;
+//! bisected; chunked. Then the second list: the narrow variant past the variants' limit, and
+//! levelled from the target's sizes (sized), with wide raises and free rides.
 [[nodiscard]] inline std::vector<balanced_step> balanced_steps(const balanced_tuning& t) {
   using enum balanced_construction;
   const std::int64_t variants = t.levelled_variants_limit;
@@ -54,6 +62,14 @@ struct balanced_step {
       {targeted, t.megatron_limit, {}},
       {bisected, t.bisected_limit, {}},
       {chunked, t.chunked_limit, {}},
+      // the second list
+      {levelled, t.narrow_variant_limit, {t.narrow_reach_area, 0.0}, false, variants, true},
+      {sized,
+       t.sized_limit,
+       {t.reach_area, 0.0, true, t.wide_raise_area, t.free_ride},
+       false,
+       -1,
+       true},
   };
 }
 

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "dcpp/error.hpp"
+#include "dcpp/planner/options.hpp"
 
 namespace dcpp {
 
@@ -24,8 +25,21 @@ struct balanced_tuning {
   std::int64_t static_limit = std::int64_t{4} << 15;
   //! The tiled construction up to this many candidates (samples x rounds x groups per round).
   std::int64_t tiled_limit = std::int64_t{1} << 24;
-  //! The levelled variants up to here: each costs a levelled run and a local search.
+  //! The levelled variants up to here: each costs a levelled run and a local search...
   std::int64_t levelled_variants_limit = std::int64_t{1} << 17;
+  //! ...but the narrow one up to here: medium samples on a tight budget level best without
+  //! the groups that grow their area, and it costs little there.
+  std::int64_t narrow_variant_limit = std::int64_t{1} << 20;
+  //! The second list of steps (`balanced_step::second`). The chunked and bisected constructions
+  //! pack their other samples without it, and so does the contiguous topology's aligned run: a
+  //! faster inner packing can make the outer plan slower after the passes, and the second list
+  //! must never make a plan slower.
+  bool second_list = true;
+  //! The sized construction up to here: a levelled run from its own sizes and a local search...
+  std::int64_t sized_limit = std::int64_t{1} << 21;
+  //! ...the search only where its rounds are within this factor of the best plan so far: the
+  //! search is most of its cost, and from further behind it has not caught up.
+  double sized_within = 1.03;
   //! The chunked construction below here: a whole packing per class, its plan rarely wins there.
   std::int64_t chunked_limit = (std::int64_t{1} << 18) - 1;
   //! ... and only where the best plan so far is more than this share above the lower bound.
@@ -101,8 +115,20 @@ struct balanced_tuning {
   //! ... but the megatron plan within this factor is: from that start the search does.
   double megatron_improve_within = 2;
   //! Past the megatron limit the megatron plan competes, as it is, with at most this many
-  //! samples per rank: there groups must take the ranks samples leave (0: never).
+  //! samples per rank: there groups must take the ranks samples leave (0: never)...
   double megatron_samples_per_rank = 16;
+  //! ...in the aligned topology with at most this many: its blocks leave no ranks between
+  //! groups, and at 16 per rank the plan no longer won and cost most of the planning time.
+  double aligned_megatron_samples_per_rank = 4;
+  //! The samples per rank up to which the megatron plan competes in topology `t`.
+  [[nodiscard]] double megatron_share(topology t) const noexcept {
+    return t == topology::aligned ? aligned_megatron_samples_per_rank : megatron_samples_per_rank;
+  }
+  //! Past `wide_raise_above`, with at most this many samples per rank, the one levelled run
+  //! there raises up to `wide_raise_area`: too few short samples are left to level the rounds,
+  //! so the long ones must spread instead (0: never). Below, the sized construction does that.
+  double wide_raise_samples_per_rank = 16;
+  std::int64_t wide_raise_above = std::int64_t{1} << 22;
   //! Contiguous worlds: the portfolio also on the aligned sizes alone (the contiguous ladders
   //! cut the world into ranges that pack worse), where the best is past `aligned_gap`.
   bool aligned_in_contiguous = true;
@@ -192,8 +218,11 @@ struct balanced_tuning {
              within("heavy_share", heavy_share, 0, big),
              within("halve_samples_per_group", halve_samples_per_group, 0, big),
              within("improve_within", improve_within, 1, big),
+             within("sized_within", sized_within, 1, big),
              within("megatron_improve_within", megatron_improve_within, 1, big),
              within("megatron_samples_per_rank", megatron_samples_per_rank, 0, big),
+             within("aligned_megatron_samples_per_rank", aligned_megatron_samples_per_rank, 0, big),
+             within("wide_raise_samples_per_rank", wide_raise_samples_per_rank, 0, big),
              within("aligned_gap", aligned_gap, 0, big),
              within("chunked_gap", chunked_gap, 0, big),
              within("bisected_fill", bisected_fill, 0.01, 1),
