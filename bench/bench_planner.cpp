@@ -38,6 +38,7 @@ struct outcome {
   double max_load = 0;
   double mean_load = 0;
   double plan_ms = 0;
+  plan last; //!< the plan of the last repetition
 };
 
 //! How often a case is planned: at least `repeats` times, and while the plannings so far took
@@ -77,6 +78,7 @@ outcome run(const bench_case& c, const Estimator& estimator, Packing packing,
   out.max_load = result.metrics.max_rank_load;
   out.mean_load = result.metrics.mean_rank_load;
   out.plan_ms = best * 1e3;
+  out.last = std::move(result);
   return out;
 }
 
@@ -133,13 +135,22 @@ bool run_table(const std::vector<bench_case>& cases, const Estimator& estimator,
 //! The regimes of issue 61 (planner_regimes.hpp): balanced (also planned from `calibration`, a
 //! fit to `estimator`'s timings, and timed by `estimator`), megatron_greedy and the reference
 //! rule, each plan's step time and its share of the budget-aware bound (`of bound`: the bound
-//! over the step time, the share no plan can pass), balanced's gap to the best of the other two.
+//! over the step time, the share no plan can pass), balanced's gap to the best of the other two;
+//! a last line counts the workloads where either balanced row is slower than that best.
 template <class Estimator>
 void run_regimes(const std::vector<bench_case>& cases, const Estimator& estimator,
                  const calibrated_cost& calibration, const repetition& times) {
   fmt::print("{:<22} {:>5} {:>6} {:<20} {:>11} {:>8} {:>4} {:>9}  {}\n", "workload", "ranks",
              "samples", "policy", "step time", "of bound", "mbs", "plan ms",
              "balanced vs best other");
+  struct tally {
+    int slower = 0;
+    double worst = -1e300; // the largest relative gap to the best other plan
+    double share = 0;      // the sum of the shares of the bound
+  };
+  tally preset;
+  tally calibrated;
+  int compared = 0;
   for (const auto& c : cases) {
     const problem pr = make_problem(c.options, c.lengths);
     const double bound = budget_lower_bound(pr, estimator);
@@ -148,9 +159,8 @@ void run_regimes(const std::vector<bench_case>& cases, const Estimator& estimato
     // balanced planning from a calibration of the cost, its plan timed by the cost itself
     outcome cal = run(c, calibration, balanced{}, times);
     if (cal.ok) {
-      plan p = planner<calibrated_cost, balanced>(c.options, calibration).make_plan(c.lengths);
-      evaluate(p, pr, estimator);
-      cal.step = p.metrics.estimated_step_time;
+      evaluate(cal.last, pr, estimator);
+      cal.step = cal.last.metrics.estimated_step_time;
     }
     outcome ref;
     {
@@ -163,6 +173,14 @@ void run_regimes(const std::vector<bench_case>& cases, const Estimator& estimato
       ref.microbatches = p.microbatches.size();
     }
     const double other = std::min(m.ok ? m.step : 1e300, ref.step);
+    if (b.ok && cal.ok) {
+      ++compared;
+      for (auto [t, r] : {std::pair<tally*, const outcome*>{&preset, &b}, {&calibrated, &cal}}) {
+        t->slower += r->step > other * (1 + 1e-12) ? 1 : 0;
+        t->worst = std::max(t->worst, r->step / other - 1);
+        t->share += bound / r->step;
+      }
+    }
     const std::pair<const char*, const outcome*> rows[] = {{"balanced", &b},
                                                            {"balanced, calibrated", &cal},
                                                            {"megatron_greedy", &m},
@@ -182,6 +200,13 @@ void run_regimes(const std::vector<bench_case>& cases, const Estimator& estimato
                  r->microbatches, r->plan_ms, gap);
     }
   }
+  if (compared == 0)
+    return;
+  for (const auto& [name, t] :
+       {std::pair{"balanced", &preset}, std::pair{"calibrated", &calibrated}})
+    fmt::print("# {}: slower than the best of megatron_greedy and the reference on {} of {} "
+               "workloads, at worst {:+.2f}%; mean share of the bound {:.4f}\n",
+               name, t->slower, compared, 100 * t->worst, t->share / compared);
 }
 
 //! One planning of `lengths` under `options` with `packing`; the fastest of `repeats`, in ms.
@@ -323,6 +348,10 @@ int main(int argc, char** argv) {
                "only the regimes of issue 61 (ProLong-like, 16 samples per rank at 1,024 ranks, a "
                "64K-128K tail), under the two-tier cost, against megatron_greedy and the reference "
                "rule (without --filter they also end the full run)");
+  bool regimes_everywhere = false;
+  app.add_flag("--regimes-everywhere", regimes_everywhere,
+               "the regimes' comparison (two-tier cost, calibrated row, megatron_greedy, the "
+               "reference rule) on every generated and reference workload instead");
   bool corners = false;
   app.add_flag("--corners", corners,
                "only the scaling corners (planning time at 4 sizes per corner; without --filter "
@@ -347,7 +376,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   const auto print_regimes = [&] {
-    const auto cases = keep(dcpp_bench::regime_cases(quick ? 1 : 2));
+    std::vector<bench_case> cases = keep(dcpp_bench::regime_cases(quick ? 1 : 2));
+    if (regimes_everywhere) {
+      cases = keep(generated_cases(quick));
+      for (bench_case& c : keep(reference_cases(reference_dir)))
+        cases.push_back(std::move(c));
+    }
     if (cases.empty())
       return;
     fmt::print("\n# regimes of issue 61, two-tier cost (llama3-8b, NVLink 450 GB/s in nodes of 8, "
@@ -361,7 +395,7 @@ int main(int argc, char** argv) {
                r.rows, 100 * r.rms_relative, 100 * r.max_relative);
     run_regimes(cases, two_tier, calibration, times);
   };
-  if (regimes) {
+  if (regimes || regimes_everywhere) {
     print_regimes();
     return 0;
   }

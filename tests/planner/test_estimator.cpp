@@ -18,6 +18,7 @@
 #include "dcpp/planner/network.hpp"
 #include "dcpp/planner/transformer_cost.hpp"
 #include "dcpp/workload/generators.hpp"
+#include "planner_regimes.hpp"
 
 namespace {
 struct user_moe_cost { // a user's policy: models the concept without touching dcpp
@@ -532,17 +533,9 @@ TEST_CASE("calibrated_cost: a power-of-two grid of a two-tier cluster fits and p
   // issue 61's case: lengths 256..256K and sizes 1..256 at 64 tokens per rank or more (78 rows)
   // of the two-tier model; its hinges between measured points zigzagged, the cost fell by 12%
   // from 4,096 to 4,608 tokens on 8 ranks and check_lengths refused every batch of 256 ranks
-  dcpp::device_spec device = dcpp::device_presets[0];
-  device.network.intra_node.bytes_per_second = 4.5e11;
-  device.network.inter_node.bytes_per_second = 5.0e10;
-  const dcpp::transformer_cost truth(dcpp::model_presets[0], device);
-  std::vector<dcpp::calibration_row> rows;
-  for (std::int64_t l = 256; l <= 262144; l *= 2)
-    for (std::int32_t cp = 1; cp <= 256; cp *= 2)
-      if (l / cp >= 64)
-        rows.push_back({l, cp, truth.cost(l, cp), false});
-  REQUIRE(rows.size() == 78);
-  const auto fit = dcpp::calibrated_cost::fit(rows);
+  const dcpp::transformer_cost truth = dcpp_bench::two_tier_cost();
+  const dcpp::calibrated_cost fit = dcpp_bench::calibration_of(truth);
+  REQUIRE(fit.report().rows == 79); // and the micro-batch row
   CHECK(fit.report().rms_relative < 0.02);
   for (std::int32_t cp = 1; cp <= 256; cp *= 2) {
     CAPTURE(cp);

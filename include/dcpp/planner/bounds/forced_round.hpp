@@ -194,8 +194,8 @@ public:
         others_(others), m_(options.size()), world_(world), budget_(budget),
         most_visits_(most_visits), chosen_(m_), chosen_index_(m_), dealings_(sizes << m_) {}
 
-  //! The least charge of a round holding the big samples of `mask` (their least rank-tokens
-  //! `tokens`, the others' fill `fill`): infinite where none fits the world.
+  //! The least charge of a round holding the big samples of `mask`, the others' fill `fill`:
+  //! infinite where none fits the world.
   double charge(std::size_t mask, double fill) {
     members_.clear();
     for (std::size_t k = 0; k < m_; ++k)

@@ -115,28 +115,6 @@ TEST_CASE("token_lower_bound: the fewest rounds, in multiples, that hold the ran
   }
 }
 
-TEST_CASE("raise_toward_target: sizes only grow, costs only fall, every cost is the estimator's") {
-  const dcpp::balanced_tuning tuning;
-  int raised = 0;
-  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
-    CAPTURE(seed);
-    const random_case c = make_random_case(seed);
-    const batch b(c.options, c.lengths, tabulation_for(seed));
-    const d::sample_sizes before = d::least_area_sizes(b.costs, tuning);
-    const std::int32_t k = d::token_lower_bound(b.costs, before);
-    d::sample_sizes after = before;
-    const double target = d::raise_toward_target(after, b.costs, k, tuning);
-    CHECK(target > 0);
-    for (std::size_t s = 0; s < before.cp.size(); ++s) {
-      CHECK(after.cp[s] >= before.cp[s]);
-      CHECK(after.cost[s] <= before.cost[s]);
-      CHECK(after.cost[s] == b.costs.cost(static_cast<std::int32_t>(s), after.cp[s]));
-      raised += after.cp[s] > before.cp[s] ? 1 : 0;
-    }
-  }
-  CHECK(raised > 0);
-}
-
 namespace {
 //! The sized construction's rule written out plainly: per pass, the target is the sizes' area
 //! over world x rounds; a sample costlier than it takes the first larger size on its ladder
@@ -174,17 +152,28 @@ std::vector<std::int32_t> raised_by_hand(const batch& b, std::vector<std::int32_
 }
 } // namespace
 
-TEST_CASE("target_sizes: the sized construction's sizes, or none where none is raised") {
+TEST_CASE("raise_toward_target and target_sizes: the rule written out, sizes only grow") {
+  // raise_toward_target: sizes only grow, costs only fall, every cost is the estimator's;
+  // target_sizes: its sizes where one is raised, else none
   const dcpp::balanced_tuning tuning;
-  int some = 0, none = 0;
+  int some = 0, none = 0, raised = 0;
   for (std::uint64_t seed = 1; seed <= 60; ++seed) {
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
     const batch b(c.options, c.lengths, tabulation_for(seed));
     const d::sample_sizes least = d::least_area_sizes(b.costs, tuning);
     const std::int32_t k = d::token_lower_bound(b.costs, least);
+    d::sample_sizes after = least;
+    CHECK(d::raise_toward_target(after, b.costs, k, tuning) > 0);
+    for (std::size_t s = 0; s < least.cp.size(); ++s) {
+      CHECK(after.cp[s] >= least.cp[s]);
+      CHECK(after.cost[s] <= least.cost[s]);
+      CHECK(after.cost[s] == b.costs.cost(static_cast<std::int32_t>(s), after.cp[s]));
+      raised += after.cp[s] > least.cp[s] ? 1 : 0;
+    }
     const auto sized = d::target_sizes(least, b.costs, k, tuning);
     const std::vector<std::int32_t> expected = raised_by_hand(b, least.cp, k, tuning.raise_passes);
+    CHECK(after.cp == expected);
     if (!sized) {
       ++none;
       CHECK(expected == least.cp);
@@ -194,8 +183,9 @@ TEST_CASE("target_sizes: the sized construction's sizes, or none where none is r
     CHECK(sized->cp == expected);
     CHECK(sized->cp != least.cp);
     for (std::size_t s = 0; s < least.cp.size(); ++s)
-      CHECK(sized->cost[s] == b.costs.cost(static_cast<std::int32_t>(s), sized->cp[s]));
+      CHECK(sized->cost[s] == after.cost[s]);
   }
+  CHECK(raised > 0);
   CHECK(some > 0);
   CHECK(none > 0);
 }
