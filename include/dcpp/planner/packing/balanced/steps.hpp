@@ -43,8 +43,9 @@ struct balanced_step {
 //! total area (static_cp's plan, or the tiled one where the size does not divide the world);
 //! levelled at the default reach with free rides (the one levelled run on large batches, with
 //! `wide_raise_samples_per_rank`); the same without; its four variants; static; targeted;
-//! bisected; chunked. Then the second list: the narrow variant past the variants' limit, and
-//! levelled from the target's sizes (sized), with wide raises and free rides.
+//! bisected; chunked. Then the second list: the narrow and the wide-raise variants past the
+//! variants' limit, and levelled from the target's sizes (sized), with wide raises and free
+//! rides.
 [[nodiscard]] inline std::vector<balanced_step> balanced_steps(const balanced_tuning& t) {
   using enum balanced_construction;
   const std::int64_t variants = t.levelled_variants_limit;
@@ -64,6 +65,12 @@ struct balanced_step {
       {chunked, t.chunked_limit, {}},
       // the second list
       {levelled, t.narrow_variant_limit, {t.narrow_reach_area, 0.0}, false, variants, true},
+      {levelled,
+       t.wide_raise_variant_limit,
+       {t.reach_area, 0.0, true, t.wide_raise_area},
+       false,
+       variants,
+       true},
       {sized,
        t.sized_limit,
        {t.reach_area, 0.0, true, t.wide_raise_area, t.free_ride},

@@ -30,6 +30,9 @@ struct balanced_tuning {
   //! ...but the narrow one up to here: medium samples on a tight budget level best without
   //! the groups that grow their area, and it costs little there.
   std::int64_t narrow_variant_limit = std::int64_t{1} << 20;
+  //! ...and the wide-raise one: where a medium sample's least group spans nodes on a slow
+  //! network, only raises past `raise_area` bring it to the round's level.
+  std::int64_t wide_raise_variant_limit = std::int64_t{1} << 20;
   //! The second list of steps (`balanced_step::second`). The chunked and bisected constructions
   //! pack their other samples without it, and so does the contiguous topology's aligned run: a
   //! faster inner packing can make the outer plan slower after the passes, and the second list
