@@ -352,6 +352,21 @@ int main(int argc, char** argv) {
   app.add_flag("--regimes-everywhere", regimes_everywhere,
                "the regimes' comparison (two-tier cost, calibrated row, megatron_greedy, the "
                "reference rule) on every generated and reference workload instead");
+  std::string regimes_model = "llama3-8b";
+  std::int32_t regimes_gpus_per_node = 8;
+  double regimes_nvlink = 450;
+  double regimes_ib = 50;
+  std::vector<std::string> model_names;
+  for (const auto& m : model_presets)
+    model_names.emplace_back(m.name);
+  app.add_option("--regimes-model", regimes_model, "the regimes' model (H100s)")
+      ->check(CLI::IsMember(model_names));
+  app.add_option("--regimes-gpus-per-node", regimes_gpus_per_node, "the regimes' node size")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--regimes-nvlink", regimes_nvlink, "the regimes' ring GB/s inside a node")
+      ->check(dcpp_cli::finite_in(0.001, 1e6));
+  app.add_option("--regimes-ib", regimes_ib, "the regimes' ring GB/s across nodes")
+      ->check(dcpp_cli::finite_in(0.001, 1e6));
   bool corners = false;
   app.add_flag("--corners", corners,
                "only the scaling corners (planning time at 4 sizes per corner; without --filter "
@@ -384,9 +399,13 @@ int main(int argc, char** argv) {
     }
     if (cases.empty())
       return;
-    fmt::print("\n# regimes of issue 61, two-tier cost (llama3-8b, NVLink 450 GB/s in nodes of 8, "
-               "InfiniBand 50 GB/s beyond)\n");
-    const transformer_cost two_tier = dcpp_bench::two_tier_cost();
+    fmt::print("\n# regimes of issue 61, two-tier cost ({}, NVLink {} GB/s in nodes of {}, "
+               "InfiniBand {} GB/s beyond)\n",
+               regimes_model, regimes_nvlink, regimes_gpus_per_node, regimes_ib);
+    const auto model = std::find_if(model_presets.begin(), model_presets.end(),
+                                    [&](const model_shape& m) { return m.name == regimes_model; });
+    const transformer_cost two_tier = dcpp_bench::two_tier_cost(
+        *model, regimes_gpus_per_node, regimes_nvlink, regimes_ib); // the name checked by CLI11
     const calibrated_cost calibration = dcpp_bench::calibration_of(two_tier);
     const calibration_report& r = calibration.report();
     fmt::print("# balanced, calibrated: planned from a fit to the cost's timings ({} rows at "

@@ -83,6 +83,18 @@ inline dcpp::transformer_cost two_tier_cost() {
   return dcpp::transformer_cost(dcpp::model_presets[0], device);
 }
 
+//! Another cluster of the same kind: `model` on H100s in nodes of `gpus_per_node`, the ring at
+//! `intra_gbps` GB/s inside a node and `inter_gbps` GB/s beyond.
+inline dcpp::transformer_cost two_tier_cost(const dcpp::model_shape& model,
+                                            std::int32_t gpus_per_node, double intra_gbps,
+                                            double inter_gbps) {
+  dcpp::device_spec device = dcpp::device_presets[0];
+  device.network.gpus_per_node = gpus_per_node;
+  device.network.intra_node.bytes_per_second = intra_gbps * 1e9;
+  device.network.inter_node.bytes_per_second = inter_gbps * 1e9;
+  return dcpp::transformer_cost(model, device);
+}
+
 //! A calibration of `truth` as issue 61 measured one: its timings at every power-of-two length
 //! from 256 to 256K on every power-of-two group of 1 to 256 ranks that gives a rank 64 tokens or
 //! more (78 rows), and its micro-batch overhead.
