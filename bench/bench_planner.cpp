@@ -402,10 +402,9 @@ int main(int argc, char** argv) {
     fmt::print("\n# regimes of issue 61, two-tier cost ({}, NVLink {} GB/s in nodes of {}, "
                "InfiniBand {} GB/s beyond)\n",
                regimes_model, regimes_nvlink, regimes_gpus_per_node, regimes_ib);
-    const auto model = std::find_if(model_presets.begin(), model_presets.end(),
-                                    [&](const model_shape& m) { return m.name == regimes_model; });
     const transformer_cost two_tier = dcpp_bench::two_tier_cost(
-        *model, regimes_gpus_per_node, regimes_nvlink, regimes_ib); // the name checked by CLI11
+        transformer_cost::from_preset(regimes_model + "@h100")->model(), // checked by CLI11
+        regimes_gpus_per_node, regimes_nvlink, regimes_ib);
     const calibrated_cost calibration = dcpp_bench::calibration_of(two_tier);
     const calibration_report& r = calibration.report();
     fmt::print("# balanced, calibrated: planned from a fit to the cost's timings ({} rows at "

@@ -74,17 +74,8 @@ inline std::vector<planner_case> regime_cases(int seeds) {
   return cases;
 }
 
-//! The two-tier cluster the issue judges with, as a transformer_cost: llama3-8b, H100s, NVLink at
-//! 450 GB/s inside a node of 8, InfiniBand at 50 GB/s beyond.
-inline dcpp::transformer_cost two_tier_cost() {
-  dcpp::device_spec device = dcpp::device_presets[0];
-  device.network.intra_node.bytes_per_second = 4.5e11;
-  device.network.inter_node.bytes_per_second = 5.0e10;
-  return dcpp::transformer_cost(dcpp::model_presets[0], device);
-}
-
-//! Another cluster of the same kind: `model` on H100s in nodes of `gpus_per_node`, the ring at
-//! `intra_gbps` GB/s inside a node and `inter_gbps` GB/s beyond.
+//! A two-tier cluster as a transformer_cost: `model` on H100s in nodes of `gpus_per_node`, the ring
+//! at `intra_gbps` GB/s inside a node and `inter_gbps` GB/s beyond.
 inline dcpp::transformer_cost two_tier_cost(const dcpp::model_shape& model,
                                             std::int32_t gpus_per_node, double intra_gbps,
                                             double inter_gbps) {
@@ -93,6 +84,12 @@ inline dcpp::transformer_cost two_tier_cost(const dcpp::model_shape& model,
   device.network.intra_node.bytes_per_second = intra_gbps * 1e9;
   device.network.inter_node.bytes_per_second = inter_gbps * 1e9;
   return dcpp::transformer_cost(model, device);
+}
+
+//! The two-tier cluster the issue judges with: llama3-8b, H100s, NVLink at 450 GB/s inside a
+//! node of 8, InfiniBand at 50 GB/s beyond.
+inline dcpp::transformer_cost two_tier_cost() {
+  return two_tier_cost(dcpp::model_presets[0], 8, 450, 50);
 }
 
 //! A calibration of `truth` as issue 61 measured one: its timings at every power-of-two length

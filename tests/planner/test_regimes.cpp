@@ -93,11 +93,7 @@ TEST_CASE("balanced: the narrow levelled variant lifts the ProLong-like mix past
 TEST_CASE("balanced: the wide-raise variant lifts the ProLong-like mix on a slow network") {
   // nodes of 4 GPUs (NVLink 300 GB/s), InfiniBand 25 GB/s: the 64K-75K samples' least groups
   // (8 ranks) span two nodes, and only raises past raise_area bring them to the round's level
-  dcpp::device_spec device = dcpp::device_presets[0];
-  device.network.gpus_per_node = 4;
-  device.network.intra_node.bytes_per_second = 3e11;
-  device.network.inter_node.bytes_per_second = 2.5e10;
-  const dcpp::transformer_cost slow(dcpp::model_presets[0], device);
+  const dcpp::transformer_cost slow = dcpp_bench::two_tier_cost(dcpp::model_presets[0], 4, 300, 25);
   dcpp::balanced without;
   without.tuning.wide_raise_variant_limit = 0;
   for (const std::uint64_t seed : {1, 3}) {
