@@ -20,58 +20,161 @@
 
 namespace dcpp::detail {
 
-//! The local search's index of groups by headroom, per CP size: (minus the headroom, group id)
-//! pairs, walked in ascending order. Two forms with that same order: `set_headroom_index`, whose
-//! walks are cheap (the wide searches of small batches walk up to hundreds of entries per step),
-//! and `heap_headroom_index`, whose updates are (where a round's maximum moves, each of its
-//! groups is filed again: up to a thousand on 1,024 ranks). Each has `reset(sizes)`,
-//! `file(size, id, key)` (files the group under size index `size`, moving it from where it was
-//! filed), `drop(id)` (unfiles it, if filed) and `walk(size, f)` (`f(entry)` in order until it
-//! returns true). A size's set or heap is made when a group is first filed under it: a world
-//! of many legal sizes (contiguous, 2^20 ranks) does not pay for the sizes no group has.
-class set_headroom_index {
+//! The local search's index of groups by headroom, per CP size: walked in ascending order of
+//! (minus the headroom, group id), the headroom being how far a group's load is below its round's
+//! maximum. `Groups` (an `assignment`) gives each group id's `round_of(id)` and
+//! `group_at(id).load`, and each round's `max_load(round)`. Two forms with that same order:
+//! `round_headroom_index` (the search's) and `heap_headroom_index` (its reference in the tests, or
+//! the search's from `tuning.heap_index_groups` groups on). Each has `reset(sizes)`, `file(size,
+//! id)` (files group id of the assignment under size index `size` at its current load, moving it
+//! from where it was filed), `drop(id)` (unfiles it, if filed) and `walk(size, f)` (`f(entry)` in
+//! order until it returns true, an entry being the pair (minus the headroom, id)).
+//! `refiled_on_max`: whether a round whose maximum moved must have its groups filed again. A size's
+//! sets or heap are made when a group is first filed under it: a world of many legal sizes
+//! (contiguous, 2^20 ranks) does not pay for the sizes no group has.
+//!
+//! `round_headroom_index` files each group under its size and round by (load, id), which a
+//! round's maximum does not change: where a maximum moves (most changes of the search), no group
+//! is filed again. A walk merges the size's rounds by (minus the headroom, id), and keeps what it
+//! merged until the next change: the walks between two changes (one per sample of the critical
+//! group, size and kind of change) read the merged entries again. Within a round the headroom
+//! falls as the load rises, but two loads may round to the same headroom: such a run is taken
+//! whole and ordered by id, which is the order of the pairs.
+template <class Groups>
+class round_headroom_index {
 public:
+  using entry = std::pair<double, std::int32_t>;
+  static constexpr bool refiled_on_max = false;
+
+  explicit round_headroom_index(const Groups& a) : a_(a) {}
+
   void reset(std::size_t sizes) {
-    sets_.reset(sizes);
+    sizes_.reset(sizes);
     filed_.clear();
+    ++generation_;
   }
-  void file(std::size_t size, std::int32_t id, double key) {
+  void file(std::size_t size, std::int32_t id) {
     drop(id); // unfiles it, and sizes filed_ to hold id (written below)
-    sets_.make(size, node_allocator<keyed>(arena_)).emplace(key, id);
-    filed_[static_cast<std::size_t>(id)] = std::pair(size, key);
+    const auto round = static_cast<std::size_t>(a_.round_of(id));
+    const double load = a_.group_at(id).load;
+    std::vector<loads>& rounds = sizes_.make(size).rounds;
+    while (rounds.size() <= round)
+      rounds.emplace_back(node_allocator<entry>(arena_));
+    rounds[round].emplace(load, id);
+    filed_[static_cast<std::size_t>(id)] = filed{size, round, load};
+    ++generation_;
   }
   void drop(std::int32_t id) {
     const auto u = static_cast<std::size_t>(id);
     if (u >= filed_.size())
       filed_.resize(u + 1, std::nullopt);
     if (const auto& at = filed_[u]) {
-      sets_.find(at->first)->erase({at->second, id});
+      sizes_.find(at->size)->rounds[at->round].erase({at->load, id});
       filed_[u].reset();
+      ++generation_;
     }
   }
   template <class F>
-  void walk(std::size_t size, F&& f) const {
-    if (const auto* set = sets_.find(size))
-      for (const keyed& e : *set)
-        if (f(e))
-          return;
+  void walk(std::size_t size, F&& f) {
+    by_size* b = sizes_.find(size);
+    if (b == nullptr)
+      return;
+    if (b->generation != generation_)
+      restart(*b);
+    for (std::size_t k = 0;; ++k) {
+      if (k == b->merged.size() && !extend(*b))
+        return;
+      if (f(b->merged[k]))
+        return;
+    }
   }
 
 private:
-  using keyed = std::pair<double, std::int32_t>;
+  using loads = std::set<entry, std::less<entry>, node_allocator<entry>>;
+  struct filed {
+    std::size_t size;
+    std::size_t round;
+    double load;
+  };
+  struct cursor {
+    typename loads::const_iterator at, end; // the round's groups not yet in a run
+    double max = 0;                         // the round's maximum
+    std::vector<entry> run;                 // the current run: (minus the headroom, id), by id
+    std::size_t next = 0;                   // its next entry
+  };
+  struct by_size {
+    std::vector<loads> rounds;    // per round: (load, id)
+    std::uint64_t generation = 0; // of the index when the merge below began
+    std::vector<cursor> cursors;  // the first `live` are the merge's, one per round
+    std::size_t live = 0;
+    std::vector<entry> merged; // the entries merged so far, in walk order
+  };
+
+  //! The cursor's next run of groups of equal headroom, by id (none at the round's end).
+  static void next_run(cursor& c) {
+    c.run.clear();
+    c.next = 0;
+    if (c.at == c.end)
+      return;
+    const double key = -(c.max - c.at->first);
+    for (; c.at != c.end && -(c.max - c.at->first) == key; ++c.at)
+      c.run.emplace_back(key, c.at->second);
+    if (c.run.size() > 1)
+      std::sort(c.run.begin(), c.run.end());
+  }
+  void restart(by_size& b) {
+    b.generation = generation_;
+    b.merged.clear();
+    b.live = 0;
+    for (std::size_t r = 0; r < b.rounds.size(); ++r) {
+      if (b.rounds[r].empty())
+        continue;
+      if (b.live == b.cursors.size())
+        b.cursors.emplace_back();
+      cursor& c = b.cursors[b.live++];
+      c.at = b.rounds[r].begin();
+      c.end = b.rounds[r].end();
+      c.max = a_.max_load(static_cast<std::int32_t>(r));
+      next_run(c);
+    }
+  }
+  //! Merges one more entry (false: none is left).
+  static bool extend(by_size& b) {
+    cursor* least = nullptr;
+    for (std::size_t k = 0; k < b.live; ++k) {
+      cursor& c = b.cursors[k];
+      if (c.next < c.run.size() && (least == nullptr || c.run[c.next] < least->run[least->next]))
+        least = &c;
+    }
+    if (least == nullptr)
+      return false;
+    b.merged.push_back(least->run[least->next]);
+    if (++least->next == least->run.size())
+      next_run(*least);
+    return true;
+  }
+
+  const Groups& a_;
   // one node per entry, from an arena that lives as long as the index (no malloc per update)
   node_arena arena_;
-  per_size<std::set<keyed, std::less<keyed>, node_allocator<keyed>>> sets_;
-  std::vector<std::optional<std::pair<std::size_t, double>>> filed_; // per id: (size, key)
+  per_size<by_size> sizes_;
+  std::vector<std::optional<filed>> filed_;
+  std::uint64_t generation_ = 1; // changes with every file and drop
 };
 
+template <class Groups>
 class heap_headroom_index {
 public:
+  static constexpr bool refiled_on_max = true;
+
+  explicit heap_headroom_index(const Groups& a) : a_(a) {}
+
   void reset(std::size_t sizes) {
     heaps_.reset(sizes);
     size_of_.clear();
   }
-  void file(std::size_t size, std::int32_t id, double key) {
+  void file(std::size_t size, std::int32_t id) {
+    const double key = -(a_.max_load(a_.round_of(id)) - a_.group_at(id).load);
     const auto u = static_cast<std::size_t>(id);
     if (u >= size_of_.size())
       size_of_.resize(u + 1, none);
@@ -95,6 +198,7 @@ public:
 
 private:
   static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  const Groups& a_;
   per_size<indexed_heap<double>> heaps_;
   std::vector<std::size_t> size_of_; // per id: the size index it is filed under, or `none`
 };
@@ -113,12 +217,12 @@ public:
       : a_(a), costs_(a.costs()), tuning_(tuning), candidates_(candidates) {}
 
   //! The search, with the headroom index as a heap from `tuning.heap_index_groups` groups on
-  //! (the same plans either way).
+  //! (the same plans either way), else as per-round sets.
   void run() {
     if (a_.group_ids() >= tuning_.heap_index_groups)
       run_with(heaps_);
     else
-      run_with(sets_);
+      run_with(rounds_);
   }
 
 private:
@@ -163,14 +267,11 @@ private:
     std::int32_t swap_with = -1; // swap: the sample of to_group that comes back
   };
 
-  [[nodiscard]] double headroom(std::int32_t id) const {
-    return a_.max_load(a_.round_of(id)) - a_.group_at(id).load;
-  }
-  //! (Re)files group id under its current headroom, or drops it once it has closed.
+  //! (Re)files group id under its current load, or drops it once it has closed.
   template <class Index>
   void refile(std::int32_t id, Index& index) {
     if (a_.open_group(id))
-      index.file(costs_.size_index(a_.group_at(id).cp), id, -headroom(id));
+      index.file(costs_.size_index(a_.group_at(id).cp), id);
     else
       index.drop(id);
   }
@@ -316,7 +417,7 @@ private:
     for (int i = 0; i < 2; ++i) {
       if (i == 1 && to_round == from_round)
         break;
-      if (a_.max_load(rounds[i]) != old_max[i])
+      if (Index::refiled_on_max && a_.max_load(rounds[i]) != old_max[i])
         a_.for_each_group(rounds[i], [&](std::int32_t id) { refile(id, index); });
     }
   }
@@ -326,8 +427,9 @@ private:
   const balanced_tuning& tuning_;
   std::int32_t candidates_;
   double eps_ = 0;
-  set_headroom_index sets_; // the headroom index: one of the two, chosen by `run`
-  heap_headroom_index heaps_;
+  // the headroom index: one of the two, chosen by `run`
+  round_headroom_index<assignment<Estimator>> rounds_{a_};
+  heap_headroom_index<assignment<Estimator>> heaps_{a_};
 };
 
 //! Runs the local search on `a` (see `local_search`).
