@@ -49,6 +49,7 @@ public:
       : policy_(policy), tuning_(policy.tuning), pr_(pr), estimator_(estimator),
         exchange_(exchange), o_(pr.options), costs_(pr, estimator),
         size_(std::int64_t{costs_.samples()} * o_.world_size),
+        dense_(tuning_.dense(costs_.samples(), o_.world_size)),
         candidates_(size_ < tuning_.wide_search_limit ? tuning_.wide_candidates
                                                       : tuning_.narrow_candidates),
         least_area_(least_area_sizes(costs_, tuning_)),
@@ -173,7 +174,7 @@ private:
     if (i == first_levelled_ && !with_megatron_)
       return true; // the fallback past the megatron limit
     return policy_.selected(st.construction) && size_ <= st.up_to && size_ > st.above &&
-           (!st.second || tuning_.second_list);
+           (!st.second || tuning_.second_list) && (!st.dense || dense_);
   }
 
   void count_levelled_runs() {
@@ -213,9 +214,7 @@ private:
     std::vector<levelled_slot> slots =
         --levelled_runs_ == 0 ? std::move(start_->slots) : start_->slots;
     detail::levelled_reach reach = st.reach;
-    if (i == first_levelled_ && size_ > tuning_.wide_raise_above &&
-        static_cast<double>(costs_.samples()) <=
-            tuning_.wide_raise_samples_per_rank * static_cast<double>(o_.world_size))
+    if ((i == first_levelled_ || st.dense) && dense_)
       reach.raise_area = tuning_.wide_raise_area; // see `wide_raise_samples_per_rank`
     state a = levelled(costs_, std::move(slots), *start_, static_cast<std::int64_t>(allowed_),
                        reach, tuning_);
@@ -424,6 +423,7 @@ private:
   const cost_rows<Estimator> costs_;
   std::optional<bucket_list> buckets_; // made where a construction reads them
   const std::int64_t size_;            // samples x ranks
+  const bool dense_;                   // tuning_.dense: past wide_raise_above, few per rank
   const std::int32_t candidates_;
   const sample_sizes least_area_;
   const std::int32_t k_min_;

@@ -36,13 +36,18 @@ struct balanced_step {
   //! In the second list: after the first, and kept only where the passes after the steps do
   //! not do better from the first list's best plan (`balanced_run::run`).
   bool second = false;
+  //! Only on dense batches (`balanced_tuning::dense`), raising up to `wide_raise_area` there as
+  //! the first levelled run does.
+  bool dense = false;
 };
 
 //! The steps after the megatron construction, in the order they run (an earlier plan wins a
 //! tie; a plan at the lower bound ends them): one size for every sample at the sizes of least
 //! total area (static_cp's plan, or the tiled one where the size does not divide the world);
 //! levelled at the default reach with free rides (the one levelled run on large batches, with
-//! `wide_raise_samples_per_rank`); the same without; its four variants; static; targeted;
+//! `wide_raise_samples_per_rank`); on dense batches the same without rides (which win there on
+//! some clusters after the search, never before it); the same without rides below the variants'
+//! limit; its four variants; static; targeted;
 //! bisected; chunked. Then the second list: the narrow and the wide-raise variants past the
 //! variants' limit, and levelled from the target's sizes (sized), with wide raises and free
 //! rides.
@@ -54,6 +59,13 @@ struct balanced_step {
       {levelled,
        std::numeric_limits<std::int64_t>::max(),
        {t.reach_area, 0.0, true, 0, t.free_ride}},
+      {levelled,
+       t.free_ride && t.dense_without_rides ? std::numeric_limits<std::int64_t>::max() : -1,
+       {t.reach_area, 0.0},
+       false,
+       -1,
+       false,
+       true},
       {levelled, variants, {t.reach_area, 0.0}},
       {levelled, variants, {t.narrow_reach_area, 0.0}},
       {levelled, variants, {t.wide_reach_area, 0.0}},

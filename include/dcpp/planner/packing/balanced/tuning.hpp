@@ -83,6 +83,10 @@ struct balanced_tuning {
   //! The first levelled run lets samples ride in a larger group's slack; below the variants'
   //! limit the same run without rides competes too (rides lose on some smaller batches).
   bool free_ride = true;
+  //! On dense batches (`dense`) the first levelled run also runs without rides: after the
+  //! local search that plan wins there on some clusters (a fast network, a larger model), while
+  //! before it the run with rides is ahead on all, so both run.
+  bool dense_without_rides = true;
   //! A ride costs the rider at most this factor of its area (a wide ring's latency).
   double ride_area = 2.0;
   //! Third variant: a sample above this share of its round's level joins no group (0: none).
@@ -133,6 +137,12 @@ struct balanced_tuning {
   //! so the long ones must spread instead (0: never). Below, the sized construction does that.
   double wide_raise_samples_per_rank = 16;
   std::int64_t wide_raise_above = std::int64_t{1} << 22;
+  //! Whether `samples` on `world` ranks are a dense batch: past `wide_raise_above` (samples x
+  //! ranks) with at most `wide_raise_samples_per_rank` per rank.
+  [[nodiscard]] bool dense(std::int64_t samples, std::int32_t world) const noexcept {
+    return samples * world > wide_raise_above &&
+           static_cast<double>(samples) <= wide_raise_samples_per_rank * world;
+  }
   //! Contiguous worlds: the portfolio also on the aligned sizes alone (the contiguous ladders
   //! cut the world into ranges that pack worse), where the best is past `aligned_gap`.
   bool aligned_in_contiguous = true;
