@@ -372,6 +372,20 @@ int main(int argc, char** argv) {
                "only the scaling corners (planning time at 4 sizes per corner; without --filter "
                "they also end the full run)");
   CLI11_PARSE(app, argc, argv);
+  // the cluster options only shape the regimes' table: given where none runs, say so rather
+  // than print tables they did not change
+  const bool regimes_run =
+      !corners && (regimes || regimes_everywhere || (filter.empty() && only_policy.empty()));
+  for (const char* option :
+       {"--regimes-model", "--regimes-gpus-per-node", "--regimes-nvlink", "--regimes-ib"})
+    if (app.count(option) > 0 && !regimes_run) {
+      fmt::print(stderr,
+                 "bench_planner: {} sets the cluster of the regimes' table, which does not run "
+                 "with --corners, nor with --filter or --policy but for --regimes or "
+                 "--regimes-everywhere\n",
+                 option);
+      return 2;
+    }
 
   const auto estimator = transformer_cost::from_preset(estimator_name);
   if (!estimator) {
