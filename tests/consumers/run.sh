@@ -54,7 +54,7 @@ test -f "$(pkg-config --variable=kernel_sources dcpp)/attention/ring_attention_i
 pkg-config --variable=nvcc_flags dcpp | grep -q -- '--expt-relaxed-constexpr'
 
 step "plain -I (docs/install.md's flags)"
-$cxx -std=c++20 -ffp-contract=off -I"$prefix/include" "$src/tests/consumers/consumer.cpp" \
+$cxx -std=c++20 -ffp-contract=off -pthread -I"$prefix/include" "$src/tests/consumers/consumer.cpp" \
   -o "$work/plain_consumer" -lfmt
 expect_line "$work/plain_consumer"
 

@@ -20,6 +20,12 @@
 
 namespace dcpp::detail {
 
+//! A group's key in both headroom indexes: minus the headroom, computed by one expression, so
+//! that the two order groups alike bit for bit (the plans must not depend on the index).
+[[nodiscard]] inline double headroom_key(double round_max, double load) noexcept {
+  return -(round_max - load);
+}
+
 //! The local search's index of groups by headroom, per CP size: walked in ascending order of
 //! (minus the headroom, group id), the headroom being how far a group's load is below its round's
 //! maximum. `Groups` (an `assignment`) gives each group id's `round_of(id)` and
@@ -116,8 +122,8 @@ private:
     c.next = 0;
     if (c.at == c.end)
       return;
-    const double key = -(c.max - c.at->first);
-    for (; c.at != c.end && -(c.max - c.at->first) == key; ++c.at)
+    const double key = headroom_key(c.max, c.at->first);
+    for (; c.at != c.end && headroom_key(c.max, c.at->first) == key; ++c.at)
       c.run.emplace_back(key, c.at->second);
     if (c.run.size() > 1)
       std::sort(c.run.begin(), c.run.end());
@@ -174,7 +180,7 @@ public:
     size_of_.clear();
   }
   void file(std::size_t size, std::int32_t id) {
-    const double key = -(a_.max_load(a_.round_of(id)) - a_.group_at(id).load);
+    const double key = headroom_key(a_.max_load(a_.round_of(id)), a_.group_at(id).load);
     const auto u = static_cast<std::size_t>(id);
     if (u >= size_of_.size())
       size_of_.resize(u + 1, none);

@@ -24,6 +24,7 @@
 #include "dcpp/planner/packing/balanced/exchange.hpp"
 #include "dcpp/planner/packing/balanced/idle_ranks.hpp"
 #include "dcpp/planner/packing/balanced/levelled.hpp"
+#include "dcpp/planner/packing/balanced/levelled_runs.hpp"
 #include "dcpp/planner/packing/balanced/local_search.hpp"
 #include "dcpp/planner/packing/balanced/sized.hpp"
 #include "dcpp/planner/packing/balanced/steps.hpp"
@@ -68,7 +69,7 @@ public:
   //! plan than from the one it beat, and the second list must never make the plan slower.
   plan run() {
     start_with_megatron();
-    count_levelled_runs();
+    levelled_.count([this](std::size_t i) { return runs(i); });
     run_steps(false);
     const auto first = std::tuple(best_, best_step_, have_plan_, allowed_, megatron_pending_);
     run_steps(true);
@@ -123,11 +124,17 @@ private:
     detail::drop_empty_rounds(a, costs_, o_.microbatch_multiple, name);
   }
 
-  //! `a` improved by the local search (with `width` candidates per size, 0: `candidates_`)
-  //! unless it is at the bound, then kept when it is the fastest so far.
-  void keep_if_faster(state& a, bool search = true, std::int32_t width = 0) {
-    if (search && !(a.step_time() <= floor_))
-      improve(a, tuning_, width > 0 ? width : candidates_);
+  //! `a` improved by the local search (with `width` candidates per size, 0: `candidates_`; or
+  //! `searched`, that search's result computed ahead) unless it is at the bound, then kept when
+  //! it is the fastest so far.
+  void keep_if_faster(state& a, bool search = true, std::int32_t width = 0,
+                      std::optional<state>* searched = nullptr) {
+    if (search && !(a.step_time() <= floor_)) {
+      if (searched != nullptr && searched->has_value())
+        a = std::move(**searched);
+      else
+        improve(a, tuning_, width > 0 ? width : candidates_);
+    }
     drop_empty_rounds(a);
     if (const double step = a.step_time(); step < best_step_) {
       best_step_ = step;
@@ -138,11 +145,12 @@ private:
 
   //! ... where it is within the allowed rounds and (unless `however_far`) within
   //! `improve_within` of the best so far: too far behind, it is not worth improving.
-  void consider(state& a, bool search = true, bool however_far = false) {
+  void consider(state& a, bool search = true, bool however_far = false,
+                std::optional<state>* searched = nullptr) {
     if (static_cast<std::size_t>(a.rounds()) > allowed_ ||
         (!however_far && a.step_time() > tuning_.improve_within * best_step_))
       return;
-    keep_if_faster(a, search);
+    keep_if_faster(a, search, 0, searched);
   }
 
   //! The megatron plan, improved, as the best so far and its round count as the bound.
@@ -171,21 +179,10 @@ private:
 
   [[nodiscard]] bool runs(std::size_t i) const {
     const balanced_step& st = steps_[i];
-    if (i == first_levelled_ && !with_megatron_)
+    if (i == levelled_.first() && !with_megatron_)
       return true; // the fallback past the megatron limit
     return policy_.selected(st.construction) && size_ <= st.up_to && size_ > st.above &&
            (!st.second || tuning_.second_list) && (!st.dense || dense_);
-  }
-
-  void count_levelled_runs() {
-    using enum balanced_construction;
-    first_levelled_ = static_cast<std::size_t>(
-        std::find_if(steps_.begin(), steps_.end(),
-                     [](const balanced_step& st) { return st.construction == levelled; }) -
-        steps_.begin());
-    for (std::size_t i = 0; i < steps_.size(); ++i)
-      levelled_runs_ += runs(i) && steps_[i].construction == levelled ? 1 : 0;
-    levelled_runs_total_ = levelled_runs_;
   }
 
   //! The steps of the first list, or of the `second`.
@@ -196,7 +193,7 @@ private:
         continue;
       const balanced_step& st = steps_[i];
       switch (st.construction) {
-      case levelled: run_levelled(i, st); break;
+      case levelled: run_levelled(i); break;
       case fixed_cp: run_fixed_cp(st); break;
       case targeted: run_targeted(); break;
       case chunked: run_chunked(); break;
@@ -207,27 +204,17 @@ private:
     }
   }
 
-  void run_levelled(std::size_t i, const balanced_step& st) {
-    // the levelled runs share their start; the last one takes it over
-    if (!start_)
-      start_ = levelled_inputs(costs_, least_area_);
-    std::vector<levelled_slot> slots =
-        --levelled_runs_ == 0 ? std::move(start_->slots) : start_->slots;
-    detail::levelled_reach reach = st.reach;
-    if ((i == first_levelled_ || st.dense) && dense_)
-      reach.raise_area = tuning_.wide_raise_area; // see `wide_raise_samples_per_rank`
-    state a = levelled(costs_, std::move(slots), *start_, static_cast<std::int64_t>(allowed_),
-                       reach, tuning_);
-    // The levelled variants often build the same rounds (small batches, where all run): the
-    // local search, a function of those rounds, would only repeat itself, to a plan that
-    // cannot win (an earlier one wins a tie)
-    if (levelled_runs_total_ > 1) {
-      std::vector<plan_microbatch> built = a.to_plan(name).microbatches;
-      if (std::find(levelled_built_.begin(), levelled_built_.end(), built) != levelled_built_.end())
-        return;
-      levelled_built_.push_back(std::move(built));
-    }
-    if (i == first_levelled_ && !with_megatron_ &&
+  void run_levelled(std::size_t i) {
+    using enum balanced_construction;
+    std::size_t next = i + 1; // the next levelled step of i's list that runs
+    while (next < steps_.size() && !(runs(next) && steps_[next].second == steps_[i].second &&
+                                     steps_[next].construction == levelled))
+      ++next;
+    typename levelled_runs<Estimator>::result r = levelled_.run(i, allowed_, next);
+    state& a = r.built;
+    if (levelled_.repeats(a, name))
+      return;
+    if (i == levelled_.first() && !with_megatron_ &&
         static_cast<std::size_t>(a.rounds()) > allowed_) {
       // the first levelled run past the megatron limit needs more rounds than allowed:
       // Megatron's count is the bound after all (the levelled rounds then compete as a plan:
@@ -236,7 +223,7 @@ private:
       take_megatron(megatron_pack());
       consider(as_plan);
     } else {
-      consider(a);
+      consider(a, true, false, &r.searched);
     }
   }
 
@@ -439,11 +426,9 @@ private:
   bool have_plan_ = false;
   plan megatron_plan_;
   bool megatron_pending_ = false;
-  std::optional<levelled_start> start_;
-  std::size_t levelled_runs_ = 0;
-  std::size_t levelled_runs_total_ = 0;
-  std::size_t first_levelled_ = 0;
-  std::vector<std::vector<plan_microbatch>> levelled_built_; // the levelled runs' rounds so far
+  levelled_runs<Estimator> levelled_{
+      costs_, least_area_, steps_,     tuning_,
+      dense_, floor_,      candidates_}; // last: it may have work ahead reading the rest
 };
 
 } // namespace detail

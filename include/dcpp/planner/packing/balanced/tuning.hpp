@@ -87,6 +87,9 @@ struct balanced_tuning {
   //! local search that plan wins there on some clusters (a fast network, a larger model), while
   //! before it the run with rides is ahead on all, so both run.
   bool dense_without_rides = true;
+  //! That run without rides is built and searched on a second thread while the run with rides
+  //! runs (the plan is the same either way; only where the cost table holds every entry).
+  bool parallel_levelled = true;
   //! A ride costs the rider at most this factor of its area (a wide ring's latency).
   double ride_area = 2.0;
   //! Third variant: a sample above this share of its round's level joins no group (0: none).
