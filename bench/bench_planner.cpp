@@ -372,8 +372,9 @@ int main(int argc, char** argv) {
                "only the scaling corners (planning time at 4 sizes per corner; without --filter "
                "they also end the full run)");
   CLI11_PARSE(app, argc, argv);
-  // the cluster options only shape the regimes' table: given where none runs, say so rather
-  // than print tables they did not change
+  // whether the regimes' table runs: alone (--regimes, --regimes-everywhere) or at the end of a
+  // full run; the dispatch below reads this. The cluster options only shape that table: given
+  // where none runs, say so rather than print tables they did not change
   const bool regimes_run =
       !corners && (regimes || regimes_everywhere || (filter.empty() && only_policy.empty()));
   for (const char* option :
@@ -458,7 +459,7 @@ int main(int argc, char** argv) {
     fmt::print("\n# reference workloads, estimator {}\n", estimator->name());
     good = run_table(refs, *estimator, times, 0.0, only_policy) && good;
   }
-  if (filter.empty() && only_policy.empty()) {
+  if (regimes_run) { // a full run: --corners, --regimes and --regimes-everywhere returned above
     print_regimes();
     if (!quick)
       run_corners(*estimator, times.repeats);
