@@ -59,30 +59,36 @@ TEST_CASE("levelled_runs: the dense run ahead is the run in turn, searched as in
     // the two runs of a dense batch, the second within the same allowance or one more
     const std::size_t second_allowed = seed % 5 == 1 ? allowed + 1 : allowed;
     const auto only_pair = [&](std::size_t i) { return i == p.first || i == p.dense; };
-    runs_type ahead(b.costs, sizes, steps, on, true, floor, candidates);
-    runs_type in_turn(b.costs, sizes, steps, off, true, floor, candidates);
+    // the portfolio's rule: searched unless at the floor
+    const auto search = [&](state& a) {
+      if (!(a.step_time() <= floor))
+        d::improve(a, on, candidates);
+    };
+    runs_type ahead(b.costs, sizes, steps, on, true);
+    runs_type in_turn(b.costs, sizes, steps, off, true);
     ahead.count(only_pair);
     in_turn.count(only_pair);
-    const runs_type::result a1 = ahead.run(p.first, allowed, p.dense);
-    const runs_type::result b1 = in_turn.run(p.first, allowed, p.dense);
+    const runs_type::result a1 = ahead.run(p.first, allowed, p.dense, search);
+    const runs_type::result b1 = in_turn.run(p.first, allowed, p.dense, search);
     CHECK(a1.built.to_plan("t").microbatches == b1.built.to_plan("t").microbatches);
     CHECK_FALSE(a1.searched.has_value());
     // ahead only with every entry in the table, never without the switch
     CHECK(ahead.ahead_of(p.dense, allowed) == (t == tabulation::table));
     CHECK_FALSE(in_turn.ahead_of(p.dense, allowed));
     ran_ahead += ahead.ahead_of(p.dense, allowed) && second_allowed == allowed ? 1 : 0;
-    const runs_type::result a2 = ahead.run(p.dense, second_allowed, steps.size());
-    const runs_type::result b2 = in_turn.run(p.dense, second_allowed, steps.size());
+    const runs_type::result a2 = ahead.run(p.dense, second_allowed, steps.size(), search);
+    const runs_type::result b2 = in_turn.run(p.dense, second_allowed, steps.size(), search);
     CHECK_FALSE(ahead.ahead_of(p.dense, allowed));
     CHECK(a2.built.to_plan("t").microbatches == b2.built.to_plan("t").microbatches);
     check_state(a2.built, b);
     CHECK_FALSE(b2.searched.has_value());
-    const bool searched_ahead =
-        t == tabulation::table && second_allowed == allowed && !(a2.built.step_time() <= floor);
+    const bool searched_ahead = t == tabulation::table && second_allowed == allowed;
     REQUIRE(a2.searched.has_value() == searched_ahead);
     if (searched_ahead) {
       state searched = b2.built;
-      d::improve(searched, on, candidates);
+      search(searched);
+      if (a2.built.step_time() <= floor) // at the floor: as built
+        CHECK(searched.to_plan("t").microbatches == b2.built.to_plan("t").microbatches);
       CHECK(a2.searched->to_plan("t").microbatches == searched.to_plan("t").microbatches);
       CHECK(a2.searched->step_time() == searched.step_time());
       check_state(*a2.searched, b);

@@ -15,7 +15,6 @@
 #include "dcpp/planner/packing/balanced/assignment.hpp"
 #include "dcpp/planner/packing/balanced/levelled.hpp"
 #include "dcpp/planner/packing/balanced/levelled_inputs.hpp"
-#include "dcpp/planner/packing/balanced/local_search.hpp"
 #include "dcpp/planner/packing/balanced/steps.hpp"
 #include "dcpp/planner/packing/balanced/tuning.hpp"
 #include "dcpp/planner/util/ahead.hpp"
@@ -27,8 +26,7 @@ class levelled_runs {
 public:
   using state = assignment<Estimator>;
 
-  //! A run as built, and searched where the portfolio searches it (past `floor`, with
-  //! `candidates` per size) when it ran ahead.
+  //! A run as built, and searched by the portfolio's search when it ran ahead.
   struct result {
     state built;
     std::optional<state> searched;
@@ -37,10 +35,8 @@ public:
   //! `dense`: the batch is dense (`balanced_tuning::dense`), where the first levelled run and the
   //! dense steps raise up to `wide_raise_area`.
   levelled_runs(const cost_rows<Estimator>& costs, const sample_sizes& least_area,
-                const std::vector<balanced_step>& steps, const balanced_tuning& tuning, bool dense,
-                double floor, std::int32_t candidates)
+                const std::vector<balanced_step>& steps, const balanced_tuning& tuning, bool dense)
       : costs_(costs), least_area_(least_area), steps_(steps), tuning_(tuning), dense_(dense),
-        floor_(floor), candidates_(candidates),
         first_(static_cast<std::size_t>(std::find_if(steps.begin(), steps.end(),
                                                      [](const balanced_step& st) {
                                                        return st.construction ==
@@ -62,8 +58,12 @@ public:
   //! Step i's run within `allowed` rounds. `next`: the next levelled step of i's list that runs
   //! (the number of steps: none), started ahead where it is a dense step, with the same
   //! allowance, and the cost table holds every entry (the estimator is never called from the
-  //! second thread); taken here in its turn when the allowance is still the same.
-  [[nodiscard]] result run(std::size_t i, std::size_t allowed, std::size_t next) {
+  //! second thread); taken here in its turn when the allowance is still the same. A run ahead is
+  //! also searched there by `search(state&)`, the portfolio's own search (so that a run ahead is
+  //! searched as in turn): it must read only what stays as it is while the steps run.
+  template <class Search>
+  [[nodiscard]] result run(std::size_t i, std::size_t allowed, std::size_t next,
+                           const Search& search) {
     // the runs share their start; the last one takes it over
     if (!start_)
       start_ = levelled_inputs(costs_, least_area_);
@@ -73,14 +73,13 @@ public:
     std::vector<levelled_slot> slots = last ? std::move(start_->slots) : start_->slots;
     if (tuning_.parallel_levelled && next < steps_.size() && steps_[next].dense &&
         costs_.rows() > 0 && costs_.row_table(0) != nullptr)
-      ahead_.start(key(next, allowed), [this, next, slots = start_->slots, allowed]() mutable {
-        result r{build(next, std::move(slots), allowed), std::nullopt};
-        if (!(r.built.step_time() <= floor_)) {
-          r.searched = r.built;
-          improve(*r.searched, tuning_, candidates_);
-        }
-        return r;
-      });
+      ahead_.start(key(next, allowed),
+                   [this, next, slots = start_->slots, allowed, search]() mutable {
+                     result r{build(next, std::move(slots), allowed), std::nullopt};
+                     r.searched = r.built;
+                     search(*r.searched);
+                     return r;
+                   });
     return {build(i, std::move(slots), allowed), std::nullopt};
   }
 
@@ -125,8 +124,6 @@ private:
   const std::vector<balanced_step>& steps_;
   const balanced_tuning& tuning_;
   const bool dense_;
-  const double floor_;
-  const std::int32_t candidates_;
   const std::size_t first_;
   std::size_t left_ = 0;  // runs still to come
   std::size_t total_ = 0; // runs in all

@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <ranges>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "dcpp/core/config.hpp"
 #include "dcpp/core/math.hpp"
 #include "dcpp/planner/bounds/gap.hpp"
 #include "dcpp/planner/bounds/least_area.hpp"
@@ -71,6 +73,11 @@ public:
     start_with_megatron();
     levelled_.count([this](std::size_t i) { return runs(i); });
     run_steps(false);
+    if (std::ranges::none_of(std::views::iota(std::size_t{0}, steps_.size()),
+                             [this](std::size_t i) { return steps_[i].second && runs(i); })) {
+      finish(); // no second list: nothing to compare, the first's plan is not copied
+      return std::move(best_);
+    }
     const auto first = std::tuple(best_, best_step_, have_plan_, allowed_, megatron_pending_);
     run_steps(true);
     const bool second_won = best_step_ != std::get<1>(first);
@@ -124,16 +131,24 @@ private:
     detail::drop_empty_rounds(a, costs_, o_.microbatch_multiple, name);
   }
 
-  //! `a` improved by the local search (with `width` candidates per size, 0: `candidates_`; or
-  //! `searched`, that search's result computed ahead) unless it is at the bound, then kept when
-  //! it is the fastest so far.
+  //! `a` improved by the local search (with `width` candidates per size, 0: `candidates_`)
+  //! unless it is at the bound. The one rule for both threads: it reads only members that stay
+  //! as they are while the steps run, so the levelled runs call it ahead on a second thread.
+  void improve_unless_at_bound(state& a, std::int32_t width = 0) const {
+    if (!(a.step_time() <= floor_))
+      improve(a, tuning_, width > 0 ? width : candidates_);
+  }
+
+  //! `a` improved (`improve_unless_at_bound`; or `searched`, that call's result computed ahead,
+  //! with the default width) where `search`, then kept when it is the fastest so far.
   void keep_if_faster(state& a, bool search = true, std::int32_t width = 0,
                       std::optional<state>* searched = nullptr) {
-    if (search && !(a.step_time() <= floor_)) {
+    DCPP_EXPECTS(searched == nullptr || width == 0);
+    if (search) {
       if (searched != nullptr && searched->has_value())
         a = std::move(**searched);
       else
-        improve(a, tuning_, width > 0 ? width : candidates_);
+        improve_unless_at_bound(a, width);
     }
     drop_empty_rounds(a);
     if (const double step = a.step_time(); step < best_step_) {
@@ -210,7 +225,8 @@ private:
     while (next < steps_.size() && !(runs(next) && steps_[next].second == steps_[i].second &&
                                      steps_[next].construction == levelled))
       ++next;
-    typename levelled_runs<Estimator>::result r = levelled_.run(i, allowed_, next);
+    typename levelled_runs<Estimator>::result r =
+        levelled_.run(i, allowed_, next, [this](state& b) { improve_unless_at_bound(b); });
     state& a = r.built;
     if (levelled_.repeats(a, name))
       return;
@@ -426,9 +442,8 @@ private:
   bool have_plan_ = false;
   plan megatron_plan_;
   bool megatron_pending_ = false;
-  levelled_runs<Estimator> levelled_{
-      costs_, least_area_, steps_,     tuning_,
-      dense_, floor_,      candidates_}; // last: it may have work ahead reading the rest
+  levelled_runs<Estimator> levelled_{costs_, least_area_, steps_, tuning_,
+                                     dense_}; // last: it may have work ahead reading the rest
 };
 
 } // namespace detail
