@@ -56,7 +56,7 @@ lift lift_of(const std::vector<std::int64_t>& lengths, std::int32_t world, std::
 } // namespace
 
 TEST_CASE("balanced: 16 samples per rank on 1,024 ranks beat megatron's plan by themselves") {
-  // the one levelled run past the variants' limit raises long samples up to wide_raise_area
+  // the one levelled run past the variants' limit raises long samples up to far_raise_area
   // where a batch has at most 16 samples per rank; before, the plan was megatron_greedy's
   // (0.855 of the bound), computed to compete
   const auto lengths = dcpp_bench::dense_mix(16384, 1);
@@ -116,6 +116,32 @@ TEST_CASE("balanced: the wide-raise variant lifts the ProLong-like mix on a slow
     CHECK(l.with.of_bound > 0.92);
     CHECK(l.with.step < 0.95 * l.without.step);
   }
+}
+
+TEST_CASE("balanced: on a slow network the dense batches' raises reach twice the area") {
+  // NVLink 300 GB/s, InfiniBand 25 GB/s: a 64K sample's 16 ranks cost it 1.5x its area on 8,
+  // past wide_raise_area, yet halve its time; the rounds of 16 samples per rank need that
+  const dcpp::transformer_cost slow = dcpp_bench::two_tier_cost(dcpp::model_presets[0], 8, 300, 25);
+  dcpp::balanced without;
+  without.tuning.far_raise_area = without.tuning.wide_raise_area;
+  const lift l = lift_of(dcpp_bench::dense_mix(16384, 1), 1024, 8192, without, "far raises", slow);
+  CHECK(l.with.of_bound > 0.96);
+  CHECK(l.with.step < 0.97 * l.without.step);
+}
+
+TEST_CASE("balanced: the far-raise variant lifts the ProLong-like mix on nodes of 4") {
+  // the wide-raise variant once more up to far_raise_area: on the first seed its raises lift
+  // the mix; on the third the variant up to wide_raise_area stays the better one (kept)
+  const dcpp::transformer_cost slow = dcpp_bench::two_tier_cost(dcpp::model_presets[0], 4, 300, 25);
+  dcpp::balanced without;
+  without.tuning.far_raise_area = without.tuning.wide_raise_area; // the same run: skipped
+  const lift first =
+      lift_of(dcpp_bench::prolong_like(2048, 1), 128, 16384, without, "far raises", slow);
+  CHECK(first.with.of_bound > 0.955);
+  CHECK(first.with.step < 0.985 * first.without.step);
+  const lift third =
+      lift_of(dcpp_bench::prolong_like(2048, 3), 128, 16384, without, "far raises", slow);
+  CHECK(third.with.step <= third.without.step);
 }
 
 TEST_CASE("calibration: from a power-of-two grid of the cost, no regime is slower than the "

@@ -33,7 +33,7 @@ public:
   };
 
   //! `dense`: the batch is dense (`balanced_tuning::dense`), where the first levelled run and the
-  //! dense steps raise up to `wide_raise_area`.
+  //! dense steps raise up to `far_raise_area`.
   levelled_runs(const cost_rows<Estimator>& costs, const sample_sizes& least_area,
                 const std::vector<balanced_step>& steps, const balanced_tuning& tuning, bool dense)
       : costs_(costs), least_area_(least_area), steps_(steps), tuning_(tuning), dense_(dense),
@@ -114,7 +114,7 @@ private:
     const balanced_step& st = steps_[i];
     levelled_reach reach = st.reach;
     if ((i == first_ || st.dense) && dense_)
-      reach.raise_area = tuning_.wide_raise_area; // see `wide_raise_samples_per_rank`
+      reach.raise_area = tuning_.far_raise_area; // see `wide_raise_samples_per_rank`
     return levelled(costs_, std::move(slots), *start_, static_cast<std::int64_t>(allowed), reach,
                     tuning_);
   }

@@ -36,7 +36,7 @@ struct balanced_step {
   //! In the second list: after the first, and kept only where the passes after the steps do
   //! not do better from the first list's best plan (`balanced_run::run`).
   bool second = false;
-  //! Only on dense batches (`balanced_tuning::dense`), raising up to `wide_raise_area` there as
+  //! Only on dense batches (`balanced_tuning::dense`), raising up to `far_raise_area` there as
   //! the first levelled run does.
   bool dense = false;
 };
@@ -49,8 +49,9 @@ struct balanced_step {
 //! some clusters after the search, never before it); the same without rides below the variants'
 //! limit; its four variants; static; targeted;
 //! bisected; chunked. Then the second list: the narrow and the wide-raise variants past the
-//! variants' limit, and levelled from the target's sizes (sized), with wide raises and free
-//! rides.
+//! variants' limit, the latter twice (up to `wide_raise_area` and `far_raise_area`: neither
+//! wins on every batch), and levelled from the target's sizes (sized), with wide raises and
+//! free rides.
 [[nodiscard]] inline std::vector<balanced_step> balanced_steps(const balanced_tuning& t) {
   using enum balanced_construction;
   const std::int64_t variants = t.levelled_variants_limit;
@@ -80,6 +81,12 @@ struct balanced_step {
       {levelled,
        t.wide_raise_variant_limit,
        {t.reach_area, 0.0, true, t.wide_raise_area},
+       false,
+       variants,
+       true},
+      {levelled,
+       t.wide_raise_variant_limit,
+       {t.reach_area, 0.0, true, t.far_raise_area},
        false,
        variants,
        true},

@@ -80,6 +80,10 @@ struct balanced_tuning {
   double raise_area = 1.02;
   //! Fourth variant: raises up to this factor, for long samples that must span nodes.
   double wide_raise_area = 1.25;
+  //! Dense batches' levelled runs, and a wide-raise variant beside the one above: raises up to
+  //! this factor. On a slow network a long sample's larger group costs much more area yet still
+  //! halves its time, which the rounds of few samples per rank need (one more size of ring).
+  double far_raise_area = 2.0;
   //! The first levelled run lets samples ride in a larger group's slack; below the variants'
   //! limit the same run without rides competes too (rides lose on some smaller batches).
   bool free_ride = true;
@@ -136,7 +140,7 @@ struct balanced_tuning {
     return t == topology::aligned ? aligned_megatron_samples_per_rank : megatron_samples_per_rank;
   }
   //! Past `wide_raise_above`, with at most this many samples per rank, the one levelled run
-  //! there raises up to `wide_raise_area`: too few short samples are left to level the rounds,
+  //! there raises up to `far_raise_area`: too few short samples are left to level the rounds,
   //! so the long ones must spread instead (0: never). Below, the sized construction does that.
   double wide_raise_samples_per_rank = 16;
   std::int64_t wide_raise_above = std::int64_t{1} << 22;
@@ -233,6 +237,7 @@ struct balanced_tuning {
              within("wide_reach_area", wide_reach_area, 0, big),
              within("raise_area", raise_area, 0, big),
              within("wide_raise_area", wide_raise_area, 0, big),
+             within("far_raise_area", far_raise_area, 0, big),
              within("ride_area", ride_area, 0, big),
              within("heavy_share", heavy_share, 0, big),
              within("halve_samples_per_group", halve_samples_per_group, 0, big),
