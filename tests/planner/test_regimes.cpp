@@ -119,8 +119,9 @@ TEST_CASE("balanced: the wide-raise variant lifts the ProLong-like mix on a slow
 }
 
 TEST_CASE("balanced: on a slow network the dense batches' raises reach twice the area") {
-  // NVLink 300 GB/s, InfiniBand 25 GB/s: a 64K sample's 16 ranks cost it 1.5x its area on 8,
-  // past wide_raise_area, yet halve its time; the rounds of 16 samples per rank need that
+  // NVLink 300 GB/s, InfiniBand 25 GB/s: a long sample's group of 16 (two nodes) costs it more
+  // area over its 8 than wide_raise_area allows, yet lowers its time; the rounds of 16 samples
+  // per rank need that
   const dcpp::transformer_cost slow = dcpp_bench::two_tier_cost(dcpp::model_presets[0], 8, 300, 25);
   dcpp::balanced without;
   without.tuning.far_raise_area = without.tuning.wide_raise_area;

@@ -82,7 +82,8 @@ struct balanced_tuning {
   double wide_raise_area = 1.25;
   //! Dense batches' levelled runs, and a wide-raise variant beside the one above: raises up to
   //! this factor. On a slow network a long sample's larger group costs much more area yet still
-  //! halves its time, which the rounds of few samples per rank need (one more size of ring).
+  //! lowers its time; twice the area lets it take the next doubling of its group wherever that
+  //! lowers its time at all.
   double far_raise_area = 2.0;
   //! The first levelled run lets samples ride in a larger group's slack; below the variants'
   //! limit the same run without rides competes too (rides lose on some smaller batches).
