@@ -18,8 +18,10 @@ usage: sass_report.py --nvcc NVCC --nvdisasm NVDISASM|auto --root ROOT [--arch s
 """
 import argparse
 import collections
+import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,16 +45,68 @@ def demangle(names):
         return {n: n for n in names}
 
 
+def cache_key(args, source, flags):
+    """What the cubin and ptxas's report depend on: nvcc's version, the flags, the source's path
+    and every file under ROOT/include and ROOT/kernels (the only headers of the project the
+    kernels include), by path and content. Any change there compiles again."""
+    h = hashlib.sha256()
+    version = subprocess.run([args.nvcc, "--version"], capture_output=True, text=True).stdout
+    h.update(version.encode())
+    h.update("\0".join(flags).encode())
+    h.update(os.path.relpath(os.path.realpath(source), os.path.realpath(args.root)).encode())
+    for top in ("include", "kernels"):
+        base = os.path.join(args.root, top)
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames.sort()
+            for name in sorted(filenames):
+                path = os.path.join(dirpath, name)
+                h.update(os.path.relpath(path, args.root).encode() + b"\0")
+                with open(path, "rb") as f:
+                    h.update(hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
+
+
+def cache_dir():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.environ.get("DCPP_SASS_CACHE") or os.path.join(base, "dcpp", "sass")
+
+
 def compile_cubin(args, source, cubin):
-    cmd = [args.nvcc, "-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda",
-           f"-I{os.path.join(args.root, 'include')}", f"-I{os.path.join(args.root, 'kernels')}",
-           "-cubin", f"-arch={args.arch}", "-Xptxas=-v", source, "-o", cubin]
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"sass_report: nvcc failed on {source}:\n{result.stdout}{result.stderr}")
+    """Compiles `source` to `cubin` and returns ptxas's usage per kernel. A compile of the same
+    inputs (cache_key) is taken from the cache directory (DCPP_SASS_CACHE, else
+    ~/.cache/dcpp/sass): ccache does not cache -cubin, and each architecture's compile of the
+    attention instances takes minutes."""
+    flags = ["-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda", "-cubin",
+             f"-arch={args.arch}", "-Xptxas=-v"]
+    key = cache_key(args, source, flags)
+    cached = os.path.join(cache_dir(), key)
+    if os.path.isfile(cached + ".cubin") and os.path.isfile(cached + ".txt"):
+        shutil.copyfile(cached + ".cubin", cubin)
+        with open(cached + ".txt") as f:
+            report = f.read()
+    else:
+        cmd = [args.nvcc, *flags[:3], f"-I{os.path.join(args.root, 'include')}",
+               f"-I{os.path.join(args.root, 'kernels')}", *flags[3:], source, "-o", cubin]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.exit(f"sass_report: nvcc failed on {source}:\n{result.stdout}{result.stderr}")
+        report = result.stdout + result.stderr
+        try:  # a cache that cannot be written is no error: the next run compiles again
+            os.makedirs(cache_dir(), exist_ok=True)
+            for suffix in (".cubin", ".txt"):  # the report last: a hit needs both
+                fd, tmp = tempfile.mkstemp(dir=cache_dir())
+                with os.fdopen(fd, "wb") as out:
+                    if suffix == ".cubin":
+                        with open(cubin, "rb") as f:
+                            shutil.copyfileobj(f, out)
+                    else:
+                        out.write(report.encode())
+                os.replace(tmp, cached + suffix)
+        except OSError:
+            pass
     usage = {}
     current = None
-    for line in (result.stdout + result.stderr).splitlines():
+    for line in report.splitlines():
         m = re.search(r"Compiling entry function '(\S+)'", line)
         if m:
             current = m.group(1)

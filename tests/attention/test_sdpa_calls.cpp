@@ -246,8 +246,11 @@ TEST_CASE_TEMPLATE("sdpa calls: a library policy's plumbing through the host rin
   struct shape {
     int heads, kv_heads, dim, vdim;
   };
+  // the sanitizer build (DCPP_TESTS_QUICK) runs cp 1 and 3 (a ring of odd size)
+  const std::vector<int> cps =
+      dcpp_test::quick() ? std::vector<int>{1, 3} : std::vector<int>{1, 2, 3, 4};
   for (const shape sh : {shape{4, 2, 64, 0}, shape{2, 1, 192, 128}})
-    for (const int cp : {1, 2, 3, 4}) {
+    for (const int cp : cps) {
       const auto b =
           make_batch<T>(4100 + cp, {1, 17, 65, 130, 3, 41}, sh.heads, sh.kv_heads, sh.dim, sh.vdim);
       const auto ref = attend(b);

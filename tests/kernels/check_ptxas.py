@@ -7,10 +7,13 @@ after '#'. Prints one line per (kernel, architecture) with registers and shared 
 
 usage: check_ptxas.py NVCC SOURCE_ROOT FILE.cu...
 """
+import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 nvcc, root = sys.argv[1], pathlib.Path(sys.argv[2])
 sources = sys.argv[3:]
@@ -24,13 +27,22 @@ if allow_file.exists():
                 sys.exit(f"{allow_file}: '{name.strip()}' has no justification after '#'")
             allowed[name.strip()] = why.strip()
 
+# Through ccache when there is one: it keeps ptxas's report (the compiler's stderr) with the
+# object and replays it, so a second run of the same sources compiles nothing. The command runs
+# in the source root with relative paths and writes a real object file (ccache caches no output
+# to /dev/null), so that another clone of the same commit, such as CI's, hits the same entry.
+ccache = shutil.which("ccache")
 failed = False
+tmp = tempfile.TemporaryDirectory()
 for source in sources:
-    cmd = [nvcc, "-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda",
-           f"-I{root / 'include'}", f"-I{root / 'kernels'}",
+    source = os.path.relpath(pathlib.Path(source).resolve(), root.resolve())
+    cmd = ([ccache] if ccache else []) + [
+           nvcc, "-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda",
+           "-Iinclude", "-Ikernels",
            "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
-           "-Xptxas=-v", "-Werror=all-warnings", "-c", source, "-o", "/dev/null"]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+           "-Xptxas=-v", "-Werror=all-warnings", "-c", source,
+           "-o", os.path.join(tmp.name, "kernels.o")]
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=root)
     if result.returncode != 0:
         print(result.stdout + result.stderr)
         sys.exit(f"nvcc failed on {source}")

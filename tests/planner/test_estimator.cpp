@@ -482,7 +482,8 @@ TEST_CASE("calibrated_cost: the cost is the formula's running maximum, never fal
   // maximum lies between integer lengths, so it may exceed the scan by the rise of one length)
   std::mt19937_64 random(61);
   std::uniform_real_distribution<double> unit(-1.0, 1.0);
-  for (int trial = 0; trial < 40; ++trial) {
+  // the sanitizer build (DCPP_TESTS_QUICK) runs the first 8 trials: each scans 2.5M lengths
+  for (int trial = 0; trial < (dcpp_test::quick() ? 8 : 40); ++trial) {
     CAPTURE(trial);
     coefficients x = two_tier_truth(0);
     for (const std::size_t first : {c::intra_first, c::inter_first}) {

@@ -30,9 +30,10 @@ fs::path env_path(const char* name) {
   return v ? fs::path(v) : fs::path();
 }
 
-//! The sanitizer build (DCPP_TESTS_QUICK) plans one seed per generator, and the 65,536-sample
-//! cases with balanced only: megatron_greedy takes 4 s on them optimised, uniform_cp and
-//! static_cp most of a second.
+//! The sanitizer build (DCPP_TESTS_QUICK) plans one seed per generator, the 65,536-sample
+//! cases with balanced only (megatron_greedy takes 4 s on them optimised, uniform_cp and
+//! static_cp most of a second), and the generated cases in the aligned topology only: balanced's
+//! contiguous plans of them took 400 of its 560 s there. The reference workloads keep both.
 using dcpp_test::quick;
 
 //! Samples from which a run skips megatron_greedy in the contiguous topology: on 65,536 samples
@@ -53,9 +54,12 @@ std::string plan_key(const planner_case& c, const Estimator& estimator, dcpp::to
 //! One line per (workload, estimator, topology, policy): "name estimator topology policy hash".
 template <class Estimator>
 void add_lines(std::map<std::string, std::string>& out, const std::vector<planner_case>& cases,
-               const Estimator& estimator, const std::string& estimator_name) {
+               const Estimator& estimator, const std::string& estimator_name,
+               bool contiguous = true) {
   for (const auto& c : cases)
     for (const dcpp::topology t : {dcpp::topology::aligned, dcpp::topology::contiguous}) {
+      if (t == dcpp::topology::contiguous && !contiguous)
+        continue;
       const std::string prefix =
           fmt::format("{} {} {} ", c.name, estimator_name, dcpp::to_string(t));
       out[prefix + "balanced"] = plan_key<dcpp::balanced>(c, estimator, t);
@@ -114,7 +118,7 @@ TEST_CASE("golden plans: every shipped policy plans the benchmark workloads as f
   std::map<std::string, std::string> computed;
   // the quick build: one seed per generator (with the chunked construction its sanitized run
   // of every seed took 390 s)
-  add_lines(computed, dcpp_bench::generated_cases(quick()), *estimator, "llama3-8b@h100");
+  add_lines(computed, dcpp_bench::generated_cases(quick()), *estimator, "llama3-8b@h100", !quick());
   const auto refs = dcpp_bench::reference_cases(env_path("DCPP_REFERENCE_WORKLOADS"));
   add_lines(computed, refs, dcpp::length_squared_cost{}, "length2");
   add_lines(computed, refs, *estimator, "llama3-8b@h100");
@@ -142,8 +146,8 @@ TEST_CASE("golden plans: every shipped policy plans the benchmark workloads as f
     }
   }
   // every golden line is planned again, except the reference workloads' when ../shared is absent
-  // and, in the quick build, the seeds past the first and the large cases' policies other than
-  // balanced
+  // and, in the quick build, the seeds past the first, the large cases' policies other than
+  // balanced and the generated cases' contiguous plans
   int not_run = 0;
   for (const auto& [key, hash] : golden)
     if (!computed.contains(key))
@@ -153,5 +157,5 @@ TEST_CASE("golden plans: every shipped policy plans the benchmark workloads as f
   MESSAGE(fmt::format("{} plans compared, {} differ, {} golden plans not made in this run",
                       compared, changed, not_run));
   // not vacuous: 414 with the reference workloads, 302 without (quick: 228 and 116)
-  CHECK(compared >= (quick() ? 100 : 250));
+  CHECK(compared >= (quick() ? 50 : 250));
 }

@@ -45,10 +45,11 @@ TEST_CASE("packing: the concept checks the pack signature and the name") {
 }
 
 TEST_CASE("packing: invariants of every policy on 2000 seeded random workloads") {
-  // the sanitizer build (DCPP_TESTS_QUICK) runs the first 600: all 2,000 took 250-400 s of its
-  // 900 s suite, on a machine where the optimized build takes 11 s
+  // the sanitizer build (DCPP_TESTS_QUICK) runs the first 200: it looks for memory and
+  // undefined-behaviour errors on every path, which a third of the inputs reach as well, while
+  // each trial costs it about 30 times the optimized build's time
   const bool quick = dcpp_test::quick();
-  const int trials = quick ? 600 : 2000;
+  const int trials = quick ? 200 : 2000;
   w::rng r(20261121);
   int planned = 0;
   for (int trial = 0; trial < trials; ++trial) {
@@ -277,8 +278,8 @@ TEST_CASE("balanced: options assigned in any order give the same bytes") {
 }
 
 TEST_CASE("balanced: extra_microbatches = 0 holds it to the token minimum or Megatron's count") {
-  // the sanitizer build (DCPP_TESTS_QUICK) runs seeds 1 and 2
-  const std::uint64_t seeds = dcpp_test::quick() ? 2 : 6;
+  // the sanitizer build (DCPP_TESTS_QUICK) runs seed 1
+  const std::uint64_t seeds = dcpp_test::quick() ? 1 : 6;
   for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
     dcpp::plan_options o = options_for(48, 8192);
     const auto lengths = w::long_tail(900, seed);
@@ -301,7 +302,10 @@ TEST_CASE("balanced: each construction alone runs, and the megatron plan is the 
   // and levelled was forced on without it): the two single-construction plans were identical.
   using B = dcpp::balanced;
   int targeted_differs = 0, static_differs = 0;
-  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+  // the sanitizer build (DCPP_TESTS_QUICK) runs seed 1 alone and leaves out the two counts,
+  // which need the four seeds
+  const bool quick = dcpp_test::quick();
+  for (std::uint64_t seed = 1; seed <= (quick ? 1u : 4u); ++seed) {
     CAPTURE(seed);
     const dcpp::plan_options o = options_for(48, 8192);
     const auto lengths = w::long_tail(600, seed);
@@ -337,6 +341,8 @@ TEST_CASE("balanced: each construction alone runs, and the megatron plan is the 
     for (const auto* p : {&megatron, &levelled, &targeted, &fixed, &chunked, &bisected})
       CHECK(all.metrics.estimated_step_time <= p->metrics.estimated_step_time * (1 + 1e-12));
   }
+  if (quick)
+    return;
   CHECK(targeted_differs >= 1);
   CHECK(static_differs >= 1);
 }
