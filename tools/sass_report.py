@@ -91,7 +91,10 @@ def compile_cubin(args, source, cubin):
         if result.returncode != 0:
             sys.exit(f"sass_report: nvcc failed on {source}:\n{result.stdout}{result.stderr}")
         report = result.stdout + result.stderr
-        try:  # a cache that cannot be written is no error: the next run compiles again
+        # a cache that cannot be written is no error (the next run compiles again), and a
+        # failed write leaves no temporary file behind
+        tmp = None
+        try:
             os.makedirs(cache_dir(), exist_ok=True)
             for suffix in (".cubin", ".txt"):  # the report last: a hit needs both
                 fd, tmp = tempfile.mkstemp(dir=cache_dir())
@@ -102,8 +105,10 @@ def compile_cubin(args, source, cubin):
                     else:
                         out.write(report.encode())
                 os.replace(tmp, cached + suffix)
+                tmp = None
         except OSError:
-            pass
+            if tmp is not None and os.path.exists(tmp):
+                os.remove(tmp)
     usage = {}
     current = None
     for line in report.splitlines():
