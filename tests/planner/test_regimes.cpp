@@ -37,6 +37,17 @@ outcome planned(const std::vector<std::int64_t>& lengths, std::int32_t world, st
           dcpp::budget_lower_bound(pr, timing) / p.metrics.estimated_step_time};
 }
 
+//! `lengths` on `world` ranks with `tokens` per rank, planned by `policy` under the two-tier cost.
+template <class Packing = dcpp::balanced>
+dcpp::plan plan_of(const std::vector<std::int64_t>& lengths, std::int32_t world,
+                   std::int64_t tokens, Packing policy = {}) {
+  dcpp::plan_options o;
+  o.world_size = world;
+  o.max_tokens_per_rank = tokens;
+  return dcpp::planner<dcpp::transformer_cost, Packing>(o, dcpp_bench::two_tier_cost(), policy)
+      .make_plan(lengths);
+}
+
 //! The regime's lift from one part of balanced: the default policy's plan and the plan of
 //! `without` (the default with the part switched off), both planned and timed by `cost`.
 struct lift {
@@ -143,6 +154,32 @@ TEST_CASE("balanced: the far-raise variant lifts the ProLong-like mix on nodes o
   const lift third =
       lift_of(dcpp_bench::prolong_like(2048, 3), 128, 16384, without, "far raises", slow);
   CHECK(third.with.step <= third.without.step);
+}
+
+TEST_CASE("balanced: the second list's levelled steps run only away from the lower bound") {
+  // 4,096 SFT samples on 64 ranks: the first list's plan is within second_list_gap of the bound,
+  // and the variants, run anyway, find no faster plan
+  for (const std::uint64_t seed : {1, 2, 3}) {
+    CAPTURE(seed);
+    const auto lengths = dcpp::workload::sft_lognormal(4096, seed);
+    dcpp::balanced always;
+    always.tuning.second_list_gap = 0;
+    const dcpp::plan gated = plan_of<dcpp::balanced>(lengths, 64, 8192);
+    CHECK(plan_of(lengths, 64, 8192, always).microbatches == gated.microbatches);
+    CHECK(planned<dcpp::balanced>(lengths, 64, 8192, dcpp_bench::two_tier_cost()).of_bound >
+          1 / (1 + dcpp::balanced_tuning{}.second_list_gap));
+  }
+  // the ProLong-like mix is further from it: the gate set wide skips exactly the variants
+  const auto lengths = dcpp_bench::prolong_like(2048, 2);
+  dcpp::balanced never;
+  never.tuning.second_list_gap = 1;
+  dcpp::balanced off;
+  off.tuning.narrow_variant_limit = 0;
+  off.tuning.wide_raise_variant_limit = 0;
+  const dcpp::plan skipped = plan_of(lengths, 128, 16384, never);
+  CHECK(skipped.microbatches == plan_of(lengths, 128, 16384, off).microbatches);
+  CHECK(plan_of<dcpp::balanced>(lengths, 128, 16384).metrics.estimated_step_time <
+        0.98 * skipped.metrics.estimated_step_time);
 }
 
 TEST_CASE("calibration: from a power-of-two grid of the cost, no regime is slower than the "

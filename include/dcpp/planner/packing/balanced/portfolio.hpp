@@ -126,6 +126,10 @@ private:
 
   //! A plan at the lower bound (`floor_`) cannot be beaten: what is left is skipped.
   [[nodiscard]] bool at_bound() const { return have_plan_ && best_step_ <= floor_; }
+  //! Whether the best plan so far is within `gap` (a share) of the lower bound.
+  [[nodiscard]] bool within_gap(double gap) const {
+    return have_plan_ && best_step_ <= bound_ * (1 + gap);
+  }
 
   void drop_empty_rounds(state& a) const {
     detail::drop_empty_rounds(a, costs_, o_.microbatch_multiple, name);
@@ -200,13 +204,14 @@ private:
            (!st.second || tuning_.second_list) && (!st.dense || dense_);
   }
 
-  //! The steps of the first list, or of the `second`.
+  //! The steps of the first list, or of the `second` (see `balanced_tuning::second_list_gap`).
   void run_steps(bool second) {
     using enum balanced_construction;
     for (std::size_t i = 0; i < steps_.size() && !at_bound(); ++i) {
-      if (!runs(i) || steps_[i].second != second)
-        continue;
       const balanced_step& st = steps_[i];
+      if (!runs(i) || st.second != second ||
+          (second && st.construction == levelled && within_gap(tuning_.second_list_gap)))
+        continue;
       switch (st.construction) {
       case levelled: run_levelled(i); break;
       case fixed_cp: run_fixed_cp(st); break;
@@ -299,7 +304,7 @@ private:
   //! where the best plan so far is not within `chunked_gap` of the lower bound; the plan is
   //! improved however far behind it starts (its runs are the point, the rest a raw packing).
   void run_chunked() {
-    if (have_plan_ && best_step_ <= bound_ * (1 + tuning_.chunked_gap))
+    if (within_gap(tuning_.chunked_gap))
       return;
     for (const gap_class& c :
          gap_classes(pr_, estimator_, min_microbatches(pr_), microbatch_overhead(pr_, estimator_)))
@@ -315,10 +320,9 @@ private:
   //! lower bound (its plan at the round count whose plan is fastest as it is: the local search
   //! takes most of the construction's time, and rarely reorders them).
   void run_bisected() {
-    if (have_plan_ && best_step_ <= bound_ * (1 + tuning_.chunked_gap))
-      return;
-    if (std::optional<state> a = policy_.bisected_plan(pr_, estimator_, costs_, allowed_))
-      consider(*a);
+    if (!within_gap(tuning_.chunked_gap))
+      if (std::optional<state> a = policy_.bisected_plan(pr_, estimator_, costs_, allowed_))
+        consider(*a);
   }
 
   //! Rounds no construction takes: the local search once more on the best plan with one more
@@ -382,10 +386,7 @@ private:
       return;
     if (const std::optional<plan> grown = grown_into_idle_ranks(best_, pr_, estimator_)) {
       state a = state::from_plan(costs_, *grown);
-      if (a.step_time() < best_step_) {
-        best_step_ = a.step_time();
-        best_ = a.to_plan(name);
-      }
+      keep_if_faster(a, false);
     }
   }
 
@@ -405,7 +406,7 @@ private:
   //! (see `aligned_in_contiguous`).
   void aligned_in_contiguous() {
     if (!(tuning_.aligned_in_contiguous && o_.group_topology == topology::contiguous &&
-          have_plan_ && best_step_ > bound_ * (1 + tuning_.aligned_gap)))
+          have_plan_ && !within_gap(tuning_.aligned_gap)))
       return;
     if (std::optional<problem> aligned = aligned_problem(pr_, estimator_)) {
       Policy inner = policy_; // as before the second list and the aligned megatron rule
@@ -431,8 +432,7 @@ private:
   const sample_sizes least_area_;
   const std::int32_t k_min_;
   std::size_t allowed_;
-  // the lower bound, and within the tuning's tolerance of it: a plan there is not searched
-  // further
+  // the lower bound, and within the tuning's tolerance of it (a plan there is not searched)
   const double bound_;
   const double floor_;
   const bool with_megatron_;

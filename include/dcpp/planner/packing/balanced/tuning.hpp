@@ -39,6 +39,10 @@ struct balanced_tuning {
   //! faster inner packing can make the outer plan slower after the passes, and the second list
   //! must never make a plan slower.
   bool second_list = true;
+  //! Its levelled steps only where the best plan so far is more than this share above the lower
+  //! bound: they exist for batches far from it (medium samples on a tight budget, slow
+  //! networks), and near it they cost most of the planning time for rarely a faster plan.
+  double second_list_gap = 0.02;
   //! The sized construction up to here: a levelled run from its own sizes and a local search...
   std::int64_t sized_limit = std::int64_t{1} << 21;
   //! ...the search only where its rounds are within this factor of the best plan so far: the
@@ -250,6 +254,7 @@ struct balanced_tuning {
              within("wide_raise_samples_per_rank", wide_raise_samples_per_rank, 0, big),
              within("aligned_gap", aligned_gap, 0, big),
              within("chunked_gap", chunked_gap, 0, big),
+             within("second_list_gap", second_list_gap, 0, big),
              within("bisected_fill", bisected_fill, 0.01, 1),
              within("bisected_round_samples", bisected_round_samples, 0, big),
              within("area_noise", area_noise, 0.5, 1),
