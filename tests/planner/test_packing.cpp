@@ -557,6 +557,8 @@ TEST_CASE("balanced: an unusable tuning is refused, naming the member, its value
           "balanced tuning: bound_reached_large = -0.5 is not a finite number in [0, 1]");
   refused([](auto& t) { t.aligned_gap = std::numeric_limits<double>::quiet_NaN(); },
           "balanced tuning: aligned_gap = nan is not a finite number in [0, 1e+300]");
+  refused([](auto& t) { t.second_list_gap = -0.01; },
+          "balanced tuning: second_list_gap = -0.01 is not a finite number in [0, 1e+300]");
   refused([](auto& t) { t.final_candidates_factor = 0; },
           "balanced tuning: final_candidates_factor = 0 is below 1");
   refused([](auto& t) { t.final_search_from = -1; },

@@ -19,16 +19,24 @@ struct outcome {
   double of_bound = 0; //!< the budget-aware bound over the step time
 };
 
-//! `lengths` on `world` ranks with `tokens` per rank, planned by `policy` under `planning` and
-//! timed by `timing` (the two-tier cost unless named).
-template <class Packing, class Estimator>
-outcome planned(const std::vector<std::int64_t>& lengths, std::int32_t world, std::int64_t tokens,
-                const Estimator& planning, Packing policy = {},
-                const dcpp::transformer_cost& timing = dcpp_bench::two_tier_cost()) {
+//! `lengths` on `world` ranks with `tokens` per rank, planned by `policy` under `planning` (the
+//! two-tier cost unless named).
+template <class Packing = dcpp::balanced, class Estimator = dcpp::transformer_cost>
+dcpp::plan plan_of(const std::vector<std::int64_t>& lengths, std::int32_t world,
+                   std::int64_t tokens, Packing policy = {},
+                   const Estimator& planning = dcpp_bench::two_tier_cost()) {
   dcpp::plan_options o;
   o.world_size = world;
   o.max_tokens_per_rank = tokens;
-  dcpp::plan p = dcpp::planner<Estimator, Packing>(o, planning, policy).make_plan(lengths);
+  return dcpp::planner<Estimator, Packing>(o, planning, policy).make_plan(lengths);
+}
+
+//! `p`, a plan of `lengths` on `world` ranks with `tokens` per rank, timed by `timing`.
+outcome timed(dcpp::plan p, const std::vector<std::int64_t>& lengths, std::int32_t world,
+              std::int64_t tokens, const dcpp::transformer_cost& timing) {
+  dcpp::plan_options o;
+  o.world_size = world;
+  o.max_tokens_per_rank = tokens;
   const dcpp::problem pr = dcpp::make_problem(o, lengths);
   dcpp::evaluate(p, pr, timing);
   const dcpp::status valid = dcpp::validate(p, o);
@@ -37,15 +45,13 @@ outcome planned(const std::vector<std::int64_t>& lengths, std::int32_t world, st
           dcpp::budget_lower_bound(pr, timing) / p.metrics.estimated_step_time};
 }
 
-//! `lengths` on `world` ranks with `tokens` per rank, planned by `policy` under the two-tier cost.
-template <class Packing = dcpp::balanced>
-dcpp::plan plan_of(const std::vector<std::int64_t>& lengths, std::int32_t world,
-                   std::int64_t tokens, Packing policy = {}) {
-  dcpp::plan_options o;
-  o.world_size = world;
-  o.max_tokens_per_rank = tokens;
-  return dcpp::planner<dcpp::transformer_cost, Packing>(o, dcpp_bench::two_tier_cost(), policy)
-      .make_plan(lengths);
+//! `lengths` on `world` ranks with `tokens` per rank, planned by `policy` under `planning` and
+//! timed by `timing` (the two-tier cost unless named).
+template <class Packing, class Estimator>
+outcome planned(const std::vector<std::int64_t>& lengths, std::int32_t world, std::int64_t tokens,
+                const Estimator& planning, Packing policy = {},
+                const dcpp::transformer_cost& timing = dcpp_bench::two_tier_cost()) {
+  return timed(plan_of(lengths, world, tokens, policy, planning), lengths, world, tokens, timing);
 }
 
 //! The regime's lift from one part of balanced: the default policy's plan and the plan of
@@ -166,7 +172,7 @@ TEST_CASE("balanced: the second list's levelled steps run only away from the low
     always.tuning.second_list_gap = 0;
     const dcpp::plan gated = plan_of<dcpp::balanced>(lengths, 64, 8192);
     CHECK(plan_of(lengths, 64, 8192, always).microbatches == gated.microbatches);
-    CHECK(planned<dcpp::balanced>(lengths, 64, 8192, dcpp_bench::two_tier_cost()).of_bound >
+    CHECK(timed(gated, lengths, 64, 8192, dcpp_bench::two_tier_cost()).of_bound >
           1 / (1 + dcpp::balanced_tuning{}.second_list_gap));
   }
   // the ProLong-like mix is further from it: the gate set wide skips exactly the variants
