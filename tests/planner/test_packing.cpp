@@ -404,7 +404,8 @@ TEST_CASE("balanced: the heavy-sample variant keeps the best plan and lifts long
 namespace {
 // A batch under length^2/cp planned without the chunked and bisected constructions (`before`)
 // and with the one of them in `bit` alone (`after`), and its budget-aware bound; `after` is
-// checked valid.
+// checked valid. Both without the tied constructions: every size ties in area under
+// length^2/cp, and those lift these batches by themselves.
 struct one_construction {
   dcpp::balanced with;
   double bound = 0;
@@ -415,8 +416,9 @@ one_construction plan_with_only(const dcpp::plan_options& o,
   constexpr std::uint32_t both =
       dcpp::balanced::construct_chunked | dcpp::balanced::construct_bisected;
   one_construction r;
+  r.with.constructions &= ~dcpp::balanced::construct_tied;
   r.bound = dcpp::budget_lower_bound(dcpp::make_problem(o, lengths), dcpp::length_squared_cost{});
-  dcpp::balanced without;
+  dcpp::balanced without = r.with;
   without.constructions &= ~both;
   r.with.constructions &= ~(both & ~bit);
   r.before = run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{}, without);
@@ -478,8 +480,9 @@ TEST_CASE("balanced: the bisected construction leaves ranks free for the short s
   const auto lengths = w::context_extension(512, 11, std::int64_t{64} * 16384 / 4);
   const auto e = *dcpp::transformer_cost::from_preset("llama3-8b@h100");
   const double bound = dcpp::budget_lower_bound(dcpp::make_problem(o, lengths), e);
-  dcpp::balanced without;
+  dcpp::balanced without; // (nor with the tied constructions, which reach 0.99 there)
   without.tuning.bisected_reserve = false;
+  without.constructions &= ~dcpp::balanced::construct_tied;
   const auto before = run<dcpp::balanced>(o, lengths, e, without);
   const auto after = run<dcpp::balanced>(o, lengths, e);
   check_invariants(after, o);
@@ -792,9 +795,10 @@ TEST_CASE("balanced: under length^2/cp one world-wide size per round balances to
     CAPTURE(seed);
     const auto lengths = w::sft_lognormal(1500, seed, 900, 1.0, 16, 4096);
     dcpp::balanced without;
-    // (nor from the sizes the sized construction raises, which reach 0.99 there)
+    // (nor from the sizes the sized and tied constructions raise, which reach 0.99 there)
     without.constructions = dcpp::balanced{}.constructions &
-                            ~(dcpp::balanced::construct_static | dcpp::balanced::construct_sized);
+                            ~(dcpp::balanced::construct_static | dcpp::balanced::construct_sized |
+                              dcpp::balanced::construct_tied);
     const auto before = run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{}, without);
     const auto p = run<dcpp::balanced>(o, lengths, dcpp::length_squared_cost{});
     check_invariants(p, o);

@@ -62,7 +62,7 @@ struct balanced_with {
   std::int32_t extra_microbatches = -1;
   //! Which constructions' plans compete (bits). The megatron construction runs within its limit
   //! whatever the bits, to bound the rounds.
-  std::uint32_t constructions = 127;
+  std::uint32_t constructions = 255;
   static constexpr std::uint32_t construct_megatron = 1;
   static constexpr std::uint32_t construct_levelled = 2;
   static constexpr std::uint32_t construct_targeted = 4;
@@ -70,6 +70,7 @@ struct balanced_with {
   static constexpr std::uint32_t construct_chunked = 16;
   static constexpr std::uint32_t construct_bisected = 32;
   static constexpr std::uint32_t construct_sized = 64;
+  static constexpr std::uint32_t construct_tied = 128;
   balanced_tuning tuning{};
 
   //! The order of the megatron, static and targeted constructions' samples. The buckets are

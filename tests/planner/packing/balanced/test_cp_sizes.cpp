@@ -1,6 +1,6 @@
 // Tests for planner/cost_rows.hpp and balanced/cp_sizes.hpp: the cost view reads the same
 // numbers with and without a table; the CP sizes against properties checked size by size, and
-// the sized construction's sizes against its rule written out.
+// the sized and tied constructions' sizes against their rules written out.
 #include "../../../support.hpp"
 
 #include <cstddef>
@@ -11,6 +11,7 @@
 
 #include "dcpp/planner/cost_rows.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
+#include "dcpp/planner/packing/balanced/sized.hpp"
 #include "parts.hpp"
 
 namespace {
@@ -186,6 +187,58 @@ TEST_CASE("raise_toward_target and target_sizes: the rule written out, sizes onl
       CHECK(sized->cost[s] == after.cost[s]);
   }
   CHECK(raised > 0);
+  CHECK(some > 0);
+  CHECK(none > 0);
+}
+
+TEST_CASE("tied_sizes: raised while the next size's area ties, the rule written out") {
+  // by hand: from the least-area size up the ladder while the next size's area is within
+  // tie_area of the current one, at most `raises` times (0: no limit); none where no sample is
+  // raised, or (no limit) none more than once. The default cost ties (the ring hides behind
+  // compute on NVLink) and a slow network does not, so both answers come up.
+  const dcpp::balanced_tuning tuning;
+  int some = 0, none = 0;
+  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+    CAPTURE(seed);
+    const random_case c = make_random_case(seed);
+    dcpp::device_spec device = dcpp::device_presets[0];
+    device.network.intra_node.bytes_per_second = seed % 3 == 0 ? 5e9 : 450e9;
+    const batch b(c.options, c.lengths, tabulation_for(seed),
+                  dcpp::transformer_cost(dcpp::model_presets[0], device));
+    const d::sample_sizes least = d::least_area_sizes(b.costs, tuning);
+    for (const std::int32_t raises : {1, 2, 0}) {
+      CAPTURE(raises);
+      std::vector<std::int32_t> expected = least.cp;
+      std::int32_t most = 0;
+      for (std::size_t s = 0; s < least.cp.size(); ++s) {
+        const auto id = static_cast<std::int32_t>(s);
+        std::int32_t n = 0;
+        double area = least.cost[s] * least.cp[s];
+        for (const std::int32_t cp : ladder_of(b.pr, id)) {
+          if (cp <= expected[s])
+            continue;
+          const double next = b.costs.cost(id, cp) * cp;
+          if ((raises > 0 && n == raises) || next > tuning.tie_area * area)
+            break;
+          expected[s] = cp;
+          area = next;
+          ++n;
+        }
+        most = std::max(most, n);
+      }
+      const auto tied = d::tied_sizes(least, b.costs, raises, tuning);
+      if (most == 0 || (raises == 0 && most == 1)) {
+        ++none;
+        CHECK(!tied);
+        continue;
+      }
+      ++some;
+      REQUIRE(tied);
+      CHECK(tied->cp == expected);
+      for (std::size_t s = 0; s < least.cp.size(); ++s)
+        CHECK(tied->cost[s] == b.costs.cost(static_cast<std::int32_t>(s), tied->cp[s]));
+    }
+  }
   CHECK(some > 0);
   CHECK(none > 0);
 }

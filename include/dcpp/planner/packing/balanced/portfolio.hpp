@@ -131,10 +131,6 @@ private:
     return have_plan_ && best_step_ <= bound_ * (1 + gap);
   }
 
-  void drop_empty_rounds(state& a) const {
-    detail::drop_empty_rounds(a, costs_, o_.microbatch_multiple, name);
-  }
-
   //! `a` improved by the local search (with `width` candidates per size, 0: `candidates_`)
   //! unless it is at the bound. The one rule for both threads: it reads only members that stay
   //! as they are while the steps run, so the levelled runs call it ahead on a second thread.
@@ -154,7 +150,7 @@ private:
       else
         improve_unless_at_bound(a, width);
     }
-    drop_empty_rounds(a);
+    detail::drop_empty_rounds(a, costs_, o_.microbatch_multiple, name);
     if (const double step = a.step_time(); step < best_step_) {
       best_step_ = step;
       best_ = a.to_plan(name);
@@ -210,7 +206,8 @@ private:
     for (std::size_t i = 0; i < steps_.size() && !at_bound(); ++i) {
       const balanced_step& st = steps_[i];
       if (!runs(i) || st.second != second ||
-          (second && st.construction == levelled && within_gap(tuning_.second_list_gap)))
+          (second && (st.construction == levelled || st.construction == tied) &&
+           within_gap(tuning_.second_list_gap)))
         continue;
       switch (st.construction) {
       case levelled: run_levelled(i); break;
@@ -218,7 +215,8 @@ private:
       case targeted: run_targeted(); break;
       case chunked: run_chunked(); break;
       case bisected: run_bisected(); break;
-      case sized: run_sized(st); break;
+      case sized:
+      case tied: run_sized(st); break;
       case megatron: break; // ran first
       }
     }
@@ -248,12 +246,13 @@ private:
     }
   }
 
-  //! The sized construction (balanced/sized.hpp), searched within `sized_within` of the best.
+  //! Sized or tied (balanced/sized.hpp), searched within `sized_within` of the best.
   void run_sized(const balanced_step& st) {
-    if (std::optional<state> a = sized(costs_, least_area_, k_min_,
-                                       static_cast<std::int64_t>(allowed_), st.reach, tuning_))
-      if (!have_plan_ || a->step_time() <= tuning_.sized_within * best_step_)
-        consider(*a);
+    if (std::optional<state> a = sized_step(costs_, least_area_, st, k_min_,
+                                            static_cast<std::int64_t>(allowed_), tuning_))
+      if (!have_plan_ || a->step_time() <= tuning_.sized_within * best_step_ ||
+          st.construction == balanced_construction::tied)
+        consider(*a, true, st.construction == balanced_construction::tied);
   }
 
   //! static_cp's plan at size `cp` (0: its own, the smallest that holds every sample).
@@ -359,7 +358,7 @@ private:
     if (std::ranges::any_of(best_.microbatches,
                             [](const plan_microbatch& mb) { return mb.groups.empty(); })) {
       state a = state::from_plan(costs_, best_); // a round left empty costs its overhead
-      drop_empty_rounds(a);
+      detail::drop_empty_rounds(a, costs_, o_.microbatch_multiple, name);
       best_step_ = a.step_time();
       best_ = a.to_plan(name);
     }
@@ -409,8 +408,9 @@ private:
           have_plan_ && !within_gap(tuning_.aligned_gap)))
       return;
     if (std::optional<problem> aligned = aligned_problem(pr_, estimator_)) {
-      Policy inner = policy_; // as before the second list and the aligned megatron rule
-      inner.tuning.second_list = false;
+      Policy inner = policy_; // as before the second list but its tied steps; aligned megatron
+      inner.tuning.narrow_variant_limit = inner.tuning.wide_raise_variant_limit = -1;
+      inner.tuning.sized_limit = -1;
       inner.tuning.aligned_megatron_samples_per_rank = tuning_.megatron_samples_per_rank;
       state a = state::from_plan(costs_, inner.pack_with(*aligned, estimator_, true));
       if (static_cast<std::size_t>(a.rounds()) <= allowed_)

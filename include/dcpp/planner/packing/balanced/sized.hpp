@@ -1,7 +1,10 @@
-// The sized construction of the balanced portfolio: levelled rounds from the sizes a round-time
-// target asks for, instead of the sizes of least area.
+// The sized and tied constructions of the balanced portfolio: levelled rounds from the sizes a
+// round-time target asks for, or from the sizes of least area raised through ties of area,
+// instead of the sizes of least area.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <utility>
@@ -11,6 +14,7 @@
 #include "dcpp/planner/packing/balanced/assignment.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
 #include "dcpp/planner/packing/balanced/levelled.hpp"
+#include "dcpp/planner/packing/balanced/steps.hpp"
 #include "dcpp/planner/packing/balanced/tuning.hpp"
 
 namespace dcpp::detail {
@@ -36,6 +40,68 @@ sized(const cost_rows<Estimator>& costs, const sample_sizes& least_area, std::in
   levelled_start start = levelled_inputs(costs, *sizes);
   std::vector<levelled_slot> slots = std::move(start.slots);
   return levelled(costs, std::move(slots), start, rounds_allowed, reach, tuning);
+}
+
+//! `least_area` with each sample raised up its ladder while the next size's rank area is at most
+//! `tuning.tie_area` times the area at its size, `raises` times at most (0: no limit). Where the
+//! ring's exchange hides behind compute the sizes tie in area, and the least-area choice takes
+//! the smallest; a larger one halves the sample's time and tokens per rank for the same area,
+//! and its groups hold more samples, which level better under the token budget (a ProLong-like
+//! mix on groups of 2 rather than 1). None where no sample is raised, or (with no limit) none
+//! more than once: that is the run with one raise.
+template <class Estimator>
+[[nodiscard]] std::optional<sample_sizes>
+tied_sizes(const sample_sizes& least_area, const cost_rows<Estimator>& costs, std::int32_t raises,
+           const balanced_tuning& tuning) {
+  const problem& pr = costs.batch();
+  sample_sizes sizes = least_area;
+  std::int32_t most = 0; // the most raises of any sample
+  for (std::int32_t s = 0; s < costs.samples(); ++s) {
+    const auto us = static_cast<std::size_t>(s);
+    std::int32_t raised = 0;
+    for (const std::int32_t c : ladder(pr, s)) {
+      if (c <= sizes.cp[us])
+        continue;
+      if (raises > 0 && raised == raises)
+        break;
+      const double w = costs.cost(s, c);
+      if (!(w * c <= tuning.tie_area * sizes.cost[us] * sizes.cp[us]))
+        break;
+      sizes.cp[us] = c;
+      sizes.cost[us] = w;
+      ++raised;
+    }
+    most = std::max(most, raised);
+  }
+  if (most == 0 || (raises == 0 && most == 1))
+    return std::nullopt;
+  return sizes;
+}
+
+//! Levelled from `tied_sizes(least_area, costs, raises, tuning)` with `reach`, within
+//! `rounds_allowed`; none where those are none.
+template <class Estimator>
+[[nodiscard]] std::optional<assignment<Estimator>>
+tied(const cost_rows<Estimator>& costs, const sample_sizes& least_area, std::int32_t raises,
+     std::int64_t rounds_allowed, const levelled_reach& reach, const balanced_tuning& tuning) {
+  const std::optional<sample_sizes> sizes = tied_sizes(least_area, costs, raises, tuning);
+  if (!sizes)
+    return std::nullopt;
+  levelled_start start = levelled_inputs(costs, *sizes);
+  std::vector<levelled_slot> slots = std::move(start.slots);
+  return levelled(costs, std::move(slots), start, rounds_allowed, reach, tuning);
+}
+
+//! Step `st`'s construction, sized (from `k_min` rounds, the fewest that pack) or tied, with its
+//! reach, within `rounds_allowed`.
+template <class Estimator>
+[[nodiscard]] std::optional<assignment<Estimator>>
+sized_step(const cost_rows<Estimator>& costs, const sample_sizes& least_area,
+           const balanced_step& st, std::int32_t k_min, std::int64_t rounds_allowed,
+           const balanced_tuning& tuning) {
+  if (st.construction == balanced_construction::tied)
+    return tied(costs, least_area, st.tie_raises, rounds_allowed, st.reach, tuning);
+  return sized(costs, least_area, k_min, rounds_allowed, st.reach, tuning);
 }
 
 } // namespace dcpp::detail

@@ -20,6 +20,7 @@ enum class balanced_construction : std::uint8_t {
   chunked,  //!< each class's gap-term rounds (bounds/gap.hpp), the other samples packed again
   bisected, //!< balanced/bisected.hpp: the samples that need CP first, the others packed again
   sized,    //!< levelled from the sizes a round-time target asks for (`raise_toward_target`)
+  tied,     //!< levelled from the sizes of least area raised through ties (`tied_sizes`)
 };
 
 //! One step of the portfolio: a construction, the batch size (samples x ranks) up to which it
@@ -39,6 +40,8 @@ struct balanced_step {
   //! Only on dense batches (`balanced_tuning::dense`), raising up to `far_raise_area` there as
   //! the first levelled run does.
   bool dense = false;
+  //! For a tied step: how many times a sample may be raised (0: as far as its ties go).
+  std::int32_t tie_raises = 0;
 };
 
 //! The steps after the megatron construction, in the order they run (an earlier plan wins a
@@ -50,8 +53,9 @@ struct balanced_step {
 //! limit; its four variants; static; targeted;
 //! bisected; chunked. Then the second list: the narrow and the wide-raise variants past the
 //! variants' limit, the latter twice (up to `wide_raise_area` and `far_raise_area`: neither
-//! wins on every batch), and levelled from the target's sizes (sized), with wide raises and
-//! free rides.
+//! wins on every batch), levelled from the sizes of least area raised through ties of area
+//! (tied: once, then as far as the ties go) and from the target's sizes (sized), these three
+//! with wide raises and free rides.
 [[nodiscard]] inline std::vector<balanced_step> balanced_steps(const balanced_tuning& t) {
   using enum balanced_construction;
   const std::int64_t variants = t.levelled_variants_limit;
@@ -90,6 +94,22 @@ struct balanced_step {
        false,
        variants,
        true},
+      {tied,
+       t.tied_limit,
+       {t.reach_area, 0.0, true, t.wide_raise_area, t.free_ride},
+       false,
+       -1,
+       true,
+       false,
+       1},
+      {tied,
+       t.tied_limit,
+       {t.reach_area, 0.0, true, t.wide_raise_area, t.free_ride},
+       false,
+       -1,
+       true,
+       false,
+       0},
       {sized,
        t.sized_limit,
        {t.reach_area, 0.0, true, t.wide_raise_area, t.free_ride},

@@ -48,6 +48,12 @@ struct balanced_tuning {
   //! ...the search only where its rounds are within this factor of the best plan so far: the
   //! search is most of its cost, and from further behind it has not caught up.
   double sized_within = 1.03;
+  //! The tied constructions up to here (`balanced_construction::tied`), where the best plan so
+  //! far is not within `second_list_gap` of the lower bound...
+  std::int64_t tied_limit = std::int64_t{1} << 21;
+  //! ...a larger size ties with a sample's size where its rank area is at most this factor of
+  //! it (the ring's exchange hidden behind compute: the area is the same).
+  double tie_area = 1.0 + 1e-9;
   //! The chunked construction below here: a whole packing per class, its plan rarely wins there.
   std::int64_t chunked_limit = (std::int64_t{1} << 18) - 1;
   //! ... and only where the best plan so far is more than this share above the lower bound.
@@ -248,6 +254,7 @@ struct balanced_tuning {
              within("halve_samples_per_group", halve_samples_per_group, 0, big),
              within("improve_within", improve_within, 1, big),
              within("sized_within", sized_within, 1, big),
+             within("tie_area", tie_area, 1, big),
              within("megatron_improve_within", megatron_improve_within, 1, big),
              within("megatron_samples_per_rank", megatron_samples_per_rank, 0, big),
              within("aligned_megatron_samples_per_rank", aligned_megatron_samples_per_rank, 0, big),
