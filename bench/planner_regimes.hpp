@@ -2,15 +2,18 @@
 // ProLong-like mix), 16 samples per rank at 1,024 ranks, and a 64K-128K tail on 256 ranks; and a
 // reference planner written from the one-line description, the benchmark's baseline
 // column beside megatron_greedy: global longest-first over K micro-batches on aligned
-// power-of-two groups, trying a doubled CP size for the heaviest samples (from 1% of them to all).
+// power-of-two groups, trying a doubled CP size for the heaviest samples (from 1% of them to all),
+// with three placement rules.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -107,50 +110,109 @@ inline dcpp::calibrated_cost calibration_of(const dcpp::transformer_cost& truth)
 
 namespace detail_reference {
 
-//! One deal of the reference rule: `k` rounds, sample i on size `sizes[i]`, samples in `order`;
-//! each to the round and group (an open group of its size with token room, or a new aligned
-//! block) that leaves the smallest round maximum, then the least loaded. None when a sample fits
-//! nowhere.
+//! Where a deal puts each sample, among the open groups of its size with token room and a new
+//! group on free ranks, in every round: where it leaves the smallest round maximum; or where it
+//! raises its round's maximum least (the rounds fill one after another, the costliest samples
+//! first); or where it leaves the least load (longest processing time over every round's
+//! groups). Ties go to the least load, then the earlier round.
+enum class placement : std::uint8_t { least_max, least_rise, least_load };
+
+//! One deal of the reference rule: `k` rounds, sample i on size `sizes[i]`, samples in `order`,
+//! each placed by `rule`. With `quotas`, a round opens groups of a size on at most the size's
+//! share of the batch's rank tokens of its ranks (in whole groups), unless the sample fits
+//! nowhere else: without them, the first samples of a size open groups on every free rank, and
+//! the samples of the other sizes find none. None when a sample fits nowhere.
 template <class Estimator>
 std::optional<dcpp::plan> deal(const dcpp::problem& pr, const Estimator& estimator, std::size_t k,
                                const std::vector<std::int32_t>& sizes,
-                               const std::vector<std::size_t>& order) {
+                               const std::vector<std::size_t>& order, placement rule, bool quotas) {
   const dcpp::plan_options& o = pr.options;
   std::vector<dcpp::detail::microbatch_state> rounds;
   rounds.reserve(k);
   for (std::size_t r = 0; r < k; ++r)
     rounds.emplace_back(o.world_size);
   std::vector<double> top(k, 0.0);
+  // per round and size, the open groups by (load, index)
+  // and their token rooms (a round where none has room for a sample is not scanned)
+  struct open_groups {
+    std::set<std::pair<double, std::int32_t>> by_load;
+    std::multiset<std::int64_t> rooms;
+  };
+  std::vector<std::map<std::int32_t, open_groups>> open(k);
+  // per size, the fewest tokens per rank of a sample on it: a group with less room is full
+  std::map<std::int32_t, std::int64_t> least_tokens;
+  for (const std::size_t i : order) {
+    const std::int64_t t = pr.rank_tokens(i, sizes[i]);
+    if (const auto [it, added] = least_tokens.emplace(sizes[i], t); !added)
+      it->second = std::min(it->second, t);
+  }
+  std::map<std::int32_t, std::int64_t> quota; // ranks per round, per size
+  std::vector<std::map<std::int32_t, std::int64_t>> opened(k);
+  if (quotas) {
+    std::map<std::int32_t, double> tokens;
+    double total = 0;
+    for (const std::size_t i : order) {
+      const double t = static_cast<double>(pr.rank_tokens(i, sizes[i]) * sizes[i]);
+      tokens[sizes[i]] += t;
+      total += t;
+    }
+    for (const auto& [cp, t] : tokens)
+      quota[cp] = static_cast<std::int64_t>(std::ceil(t / total * o.world_size / cp)) * cp;
+  }
   for (const std::size_t i : order) {
     const std::int32_t cp = sizes[i];
     const std::int64_t tokens = pr.rank_tokens(i, cp);
     const double cost = dcpp::sample_cost(pr, estimator, i, cp);
-    double best_max = std::numeric_limits<double>::infinity(), best_load = 0;
+    double best_key = std::numeric_limits<double>::infinity(), best_load = 0;
     std::size_t best_round = k;
     std::int32_t best_group = -1; // -1: a new group
-    for (std::size_t r = 0; r < k; ++r) {
-      const auto& groups = rounds[r].groups();
-      for (std::size_t g = 0; g < groups.size(); ++g) {
-        if (groups[g].cp != cp || groups[g].tokens + tokens > o.max_tokens_per_rank)
-          continue;
-        const double load = groups[g].load + cost;
-        const double m = std::max(top[r], load);
-        if (m < best_max || (m == best_max && load < best_load))
-          best_max = m, best_load = load, best_round = r, best_group = static_cast<std::int32_t>(g);
+    const auto offer = [&](std::size_t r, std::int32_t g, double load) {
+      const double m = std::max(top[r], load);
+      const double key = rule == placement::least_max    ? m
+                         : rule == placement::least_rise ? m - top[r]
+                                                         : load;
+      if (key < best_key || (key == best_key && load < best_load))
+        best_key = key, best_load = load, best_round = r, best_group = g;
+    };
+    for (const bool within_quota : {true, false}) {
+      for (std::size_t r = 0; r < k; ++r) {
+        if (within_quota) // the least-loaded open group with room (the others leave more load)
+          if (const auto it = open[r].find(cp); it != open[r].end() && !it->second.rooms.empty() &&
+                                                *it->second.rooms.rbegin() >= tokens)
+            for (const auto& [load, g] : it->second.by_load)
+              if (rounds[r].groups()[static_cast<std::size_t>(g)].tokens + tokens <=
+                  o.max_tokens_per_rank) {
+                offer(r, g, load + cost);
+                break;
+              }
+        if ((!quotas || !within_quota || opened[r][cp] + cp <= quota[cp]) &&
+            rounds[r].free_block(o, cp))
+          offer(r, -1, cost);
       }
-      if (rounds[r].free_block(o, cp)) {
-        const double m = std::max(top[r], cost);
-        if (m < best_max || (m == best_max && cost < best_load))
-          best_max = m, best_load = cost, best_round = r, best_group = -1;
-      }
+      if (best_round < k || !quotas)
+        break; // (past its quota a round opens a group only where the sample fits nowhere)
     }
     if (best_round == k)
       return std::nullopt;
     auto& round = rounds[best_round];
-    const std::int32_t g =
-        best_group >= 0 ? best_group : round.open(round.free_block(o, cp).value(), cp);
+    std::int32_t g = best_group;
+    if (g < 0) {
+      g = round.open(round.free_block(o, cp).value(), cp);
+      opened[best_round][cp] += cp;
+    } else {
+      const auto& group = round.groups()[static_cast<std::size_t>(g)];
+      open_groups& of = open[best_round][cp];
+      of.by_load.erase({group.load, g});
+      of.rooms.erase(of.rooms.find(o.max_tokens_per_rank - group.tokens));
+    }
     round.add(g, static_cast<std::int32_t>(i), tokens, cost);
-    top[best_round] = std::max(top[best_round], round.groups()[static_cast<std::size_t>(g)].load);
+    const auto& group = round.groups()[static_cast<std::size_t>(g)];
+    const double load = group.load;
+    if (group.tokens + least_tokens[cp] <= o.max_tokens_per_rank) {
+      open[best_round][cp].by_load.emplace(load, g); // else no sample fits it: not scanned again
+      open[best_round][cp].rooms.insert(o.max_tokens_per_rank - group.tokens);
+    }
+    top[best_round] = std::max(top[best_round], load);
   }
   std::erase_if(rounds, [](const dcpp::detail::microbatch_state& r) { return r.groups().empty(); });
   return dcpp::detail::to_plan(pr, "reference", rounds);
@@ -158,13 +220,15 @@ std::optional<dcpp::plan> deal(const dcpp::problem& pr, const Estimator& estimat
 
 } // namespace detail_reference
 
-//! The reference rule: for K from the fewest rounds the tokens allow up to twice that (in steps of
-//! the micro-batch multiple), and for none, 1%, 5%, 10%, 25%, 50% and all of the samples (the
-//! costliest) on twice their smallest legal size, the global longest-first deal above; the
-//! fastest plan under `estimator`. Aligned topology: every size a power of two at an aligned first
-//! rank.
+//! The reference rule: for none, 1%, 5%, 10%, 25%, 50% and all of the samples (the costliest) on
+//! twice their smallest legal size, each placement rule with and without rank quotas, and K
+//! from the fewest rounds the tokens allow (in steps of the micro-batch multiple, up to twice
+//! that, until a K's plan is slower than the one before), the global longest-first deal above
+//! (the samples by size, largest first, then by cost); the fastest plan under `estimator`.
+//! Aligned topology: every size a power of two at an aligned first rank.
 template <class Estimator>
 dcpp::plan reference_plan(const dcpp::problem& pr, const Estimator& estimator) {
+  using detail_reference::placement;
   const std::size_t n = pr.size();
   std::vector<std::int32_t> smallest(n);
   std::int64_t rank_tokens = 0;
@@ -181,29 +245,46 @@ dcpp::plan reference_plan(const dcpp::problem& pr, const Estimator& estimator) {
   std::optional<dcpp::plan> best;
   double best_step = std::numeric_limits<double>::infinity();
   // the samples by their cost on their smallest size, the costliest first (the doubled ones)
+  std::vector<double> cost_at_smallest(n);
+  for (std::size_t i = 0; i < n; ++i)
+    cost_at_smallest[i] = dcpp::sample_cost(pr, estimator, i, smallest[i]);
   std::vector<std::size_t> by_cost(n);
   std::iota(by_cost.begin(), by_cost.end(), std::size_t{0});
   std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::size_t a, std::size_t b) {
-    return dcpp::sample_cost(pr, estimator, a, smallest[a]) >
-           dcpp::sample_cost(pr, estimator, b, smallest[b]);
+    return cost_at_smallest[a] > cost_at_smallest[b];
   });
   for (const double doubled : {0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0}) {
     std::vector<std::int32_t> sizes = smallest;
     const auto heavy = static_cast<std::size_t>(std::ceil(doubled * static_cast<double>(n)));
     for (std::size_t h = 0; h < heavy; ++h)
       sizes[by_cost[h]] = std::min(2 * sizes[by_cost[h]], largest);
+    std::vector<double> cost(n);
+    for (std::size_t i = 0; i < n; ++i)
+      cost[i] = dcpp::sample_cost(pr, estimator, i, sizes[i]);
+    // the largest groups first: placed after smaller ones, they would find the ranks in pieces
     std::vector<std::size_t> order(n);
     std::iota(order.begin(), order.end(), std::size_t{0});
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return dcpp::sample_cost(pr, estimator, a, sizes[a]) >
-             dcpp::sample_cost(pr, estimator, b, sizes[b]);
+      return sizes[a] != sizes[b] ? sizes[a] > sizes[b] : cost[a] > cost[b];
     });
-    for (std::size_t k = k_min; k <= 2 * k_min; k += multiple)
-      if (auto p = detail_reference::deal(pr, estimator, k, sizes, order)) {
-        dcpp::evaluate(*p, pr, estimator);
-        if (p->microbatches.size() % multiple == 0 && p->metrics.estimated_step_time < best_step) {
-          best_step = p->metrics.estimated_step_time;
-          best = std::move(p);
+    for (const placement rule :
+         {placement::least_max, placement::least_rise, placement::least_load})
+      for (const bool quotas : {false, true}) {
+        double previous = std::numeric_limits<double>::infinity();
+        for (std::size_t k = k_min; k <= 2 * k_min; k += multiple) {
+          std::optional<dcpp::plan> p =
+              detail_reference::deal(pr, estimator, k, sizes, order, rule, quotas);
+          if (!p)
+            continue;
+          dcpp::evaluate(*p, pr, estimator);
+          const double step = p->metrics.estimated_step_time;
+          if (p->microbatches.size() % multiple == 0 && step < best_step) {
+            best_step = step;
+            best = std::move(p);
+          }
+          if (!(step < previous))
+            break;
+          previous = step;
         }
       }
   }

@@ -193,9 +193,9 @@ TEST_CASE("raise_toward_target and target_sizes: the rule written out, sizes onl
 
 TEST_CASE("tied_sizes: raised while the next size's area ties, the rule written out") {
   // by hand: from the least-area size up the ladder while the next size's area is within
-  // tie_area of the current one, at most `raises` times (0: no limit); none where no sample is
-  // raised, or (no limit) none more than once. The default cost ties (the ring hides behind
-  // compute on NVLink) and a slow network does not, so both answers come up.
+  // a factor (tie_area, or looser) of the current one, at most `raises` times (0: no limit); none
+  // where no sample is raised, or (no limit) none more than once. The default cost ties (the ring
+  // hides behind compute on NVLink) and a slow network does not, so both answers come up.
   const dcpp::balanced_tuning tuning;
   int some = 0, none = 0;
   for (std::uint64_t seed = 1; seed <= 60; ++seed) {
@@ -206,8 +206,11 @@ TEST_CASE("tied_sizes: raised while the next size's area ties, the rule written 
     const batch b(c.options, c.lengths, tabulation_for(seed),
                   dcpp::transformer_cost(dcpp::model_presets[0], device));
     const d::sample_sizes least = d::least_area_sizes(b.costs, tuning);
-    for (const std::int32_t raises : {1, 2, 0}) {
+    for (const auto& [raises, tie] :
+         {std::pair{1, tuning.tie_area}, std::pair{2, tuning.tie_area},
+          std::pair{0, tuning.tie_area}, std::pair{1, 1.05}, std::pair{0, 1.05}}) {
       CAPTURE(raises);
+      CAPTURE(tie);
       std::vector<std::int32_t> expected = least.cp;
       std::int32_t most = 0;
       for (std::size_t s = 0; s < least.cp.size(); ++s) {
@@ -218,7 +221,7 @@ TEST_CASE("tied_sizes: raised while the next size's area ties, the rule written 
           if (cp <= expected[s])
             continue;
           const double next = b.costs.cost(id, cp) * cp;
-          if ((raises > 0 && n == raises) || next > tuning.tie_area * area)
+          if ((raises > 0 && n == raises) || next > tie * area)
             break;
           expected[s] = cp;
           area = next;
@@ -226,7 +229,7 @@ TEST_CASE("tied_sizes: raised while the next size's area ties, the rule written 
         }
         most = std::max(most, n);
       }
-      const auto tied = d::tied_sizes(least, b.costs, raises, tuning);
+      const auto tied = d::tied_sizes(least, b.costs, raises, tie);
       if (most == 0 || (raises == 0 && most == 1)) {
         ++none;
         CHECK(!tied);

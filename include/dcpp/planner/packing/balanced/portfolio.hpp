@@ -246,13 +246,13 @@ private:
     }
   }
 
-  //! Sized or tied (balanced/sized.hpp), searched within `sized_within` of the best.
+  //! Sized (balanced/sized.hpp), searched within `sized_within` of the best, or tied.
   void run_sized(const balanced_step& st) {
     if (std::optional<state> a = sized_step(costs_, least_area_, st, k_min_,
                                             static_cast<std::int64_t>(allowed_), tuning_))
-      if (!have_plan_ || a->step_time() <= tuning_.sized_within * best_step_ ||
-          st.construction == balanced_construction::tied)
-        consider(*a, true, st.construction == balanced_construction::tied);
+      if (!have_plan_ || st.construction == balanced_construction::tied ||
+          a->step_time() <= tuning_.sized_within * best_step_)
+        consider(*a);
   }
 
   //! static_cp's plan at size `cp` (0: its own, the smallest that holds every sample).

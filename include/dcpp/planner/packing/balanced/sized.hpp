@@ -43,16 +43,16 @@ sized(const cost_rows<Estimator>& costs, const sample_sizes& least_area, std::in
 }
 
 //! `least_area` with each sample raised up its ladder while the next size's rank area is at most
-//! `tuning.tie_area` times the area at its size, `raises` times at most (0: no limit). Where the
-//! ring's exchange hides behind compute the sizes tie in area, and the least-area choice takes
-//! the smallest; a larger one halves the sample's time and tokens per rank for the same area,
-//! and its groups hold more samples, which level better under the token budget (a ProLong-like
-//! mix on groups of 2 rather than 1). None where no sample is raised, or (with no limit) none
-//! more than once: that is the run with one raise.
+//! `area` times the area at its size, `raises` times at most (0: no limit). Where the ring's
+//! exchange hides behind compute the sizes tie in area, and the least-area choice takes the
+//! smallest; a larger one halves the sample's time and tokens per rank for the same area, and
+//! its groups hold more samples, which level better under the token budget (a ProLong-like mix
+//! on groups of 2 rather than 1). None where no sample is raised, or (with no limit) none more
+//! than once: that is the run with one raise.
 template <class Estimator>
-[[nodiscard]] std::optional<sample_sizes>
-tied_sizes(const sample_sizes& least_area, const cost_rows<Estimator>& costs, std::int32_t raises,
-           const balanced_tuning& tuning) {
+[[nodiscard]] std::optional<sample_sizes> tied_sizes(const sample_sizes& least_area,
+                                                     const cost_rows<Estimator>& costs,
+                                                     std::int32_t raises, double area) {
   const problem& pr = costs.batch();
   sample_sizes sizes = least_area;
   std::int32_t most = 0; // the most raises of any sample
@@ -65,7 +65,7 @@ tied_sizes(const sample_sizes& least_area, const cost_rows<Estimator>& costs, st
       if (raises > 0 && raised == raises)
         break;
       const double w = costs.cost(s, c);
-      if (!(w * c <= tuning.tie_area * sizes.cost[us] * sizes.cp[us]))
+      if (!(w * c <= area * sizes.cost[us] * sizes.cp[us]))
         break;
       sizes.cp[us] = c;
       sizes.cost[us] = w;
@@ -78,15 +78,22 @@ tied_sizes(const sample_sizes& least_area, const cost_rows<Estimator>& costs, st
   return sizes;
 }
 
-//! Levelled from `tied_sizes(least_area, costs, raises, tuning)` with `reach`, within
-//! `rounds_allowed`; none where those are none.
+//! Levelled from `tied_sizes` with `raises` within `tuning.tie_area` (`loose`:
+//! `tuning.loose_tie_area`, none where those are the same sizes) with `reach`, within
+//! `rounds_allowed`; none where the sizes are none.
 template <class Estimator>
 [[nodiscard]] std::optional<assignment<Estimator>>
 tied(const cost_rows<Estimator>& costs, const sample_sizes& least_area, std::int32_t raises,
-     std::int64_t rounds_allowed, const levelled_reach& reach, const balanced_tuning& tuning) {
-  const std::optional<sample_sizes> sizes = tied_sizes(least_area, costs, raises, tuning);
+     bool loose, std::int64_t rounds_allowed, const levelled_reach& reach,
+     const balanced_tuning& tuning) {
+  const std::optional<sample_sizes> sizes =
+      tied_sizes(least_area, costs, raises, loose ? tuning.loose_tie_area : tuning.tie_area);
   if (!sizes)
     return std::nullopt;
+  if (loose)
+    if (const auto exact = tied_sizes(least_area, costs, raises, tuning.tie_area);
+        exact && exact->cp == sizes->cp)
+      return std::nullopt;
   levelled_start start = levelled_inputs(costs, *sizes);
   std::vector<levelled_slot> slots = std::move(start.slots);
   return levelled(costs, std::move(slots), start, rounds_allowed, reach, tuning);
@@ -100,7 +107,7 @@ sized_step(const cost_rows<Estimator>& costs, const sample_sizes& least_area,
            const balanced_step& st, std::int32_t k_min, std::int64_t rounds_allowed,
            const balanced_tuning& tuning) {
   if (st.construction == balanced_construction::tied)
-    return tied(costs, least_area, st.tie_raises, rounds_allowed, st.reach, tuning);
+    return tied(costs, least_area, st.tie_raises, st.loose_ties, rounds_allowed, st.reach, tuning);
   return sized(costs, least_area, k_min, rounds_allowed, st.reach, tuning);
 }
 

@@ -40,8 +40,10 @@ struct balanced_step {
   //! Only on dense batches (`balanced_tuning::dense`), raising up to `far_raise_area` there as
   //! the first levelled run does.
   bool dense = false;
-  //! For a tied step: how many times a sample may be raised (0: as far as its ties go).
+  //! For a tied step: how many times a sample may be raised (0: as far as its ties go), and
+  //! whether the sizes tie within `loose_tie_area` rather than `tie_area`.
   std::int32_t tie_raises = 0;
+  bool loose_ties = false;
 };
 
 //! The steps after the megatron construction, in the order they run (an earlier plan wins a
@@ -54,8 +56,8 @@ struct balanced_step {
 //! bisected; chunked. Then the second list: the narrow and the wide-raise variants past the
 //! variants' limit, the latter twice (up to `wide_raise_area` and `far_raise_area`: neither
 //! wins on every batch), levelled from the sizes of least area raised through ties of area
-//! (tied: once, then as far as the ties go) and from the target's sizes (sized), these three
-//! with wide raises and free rides.
+//! (tied: once, then as far as the ties go, then both within a looser tie) and from the
+//! target's sizes (sized), these with wide raises and free rides.
 [[nodiscard]] inline std::vector<balanced_step> balanced_steps(const balanced_tuning& t) {
   using enum balanced_construction;
   const std::int64_t variants = t.levelled_variants_limit;
@@ -110,6 +112,24 @@ struct balanced_step {
        true,
        false,
        0},
+      {tied,
+       t.tied_limit,
+       {t.reach_area, 0.0, true, t.wide_raise_area, t.free_ride},
+       false,
+       -1,
+       true,
+       false,
+       1,
+       true},
+      {tied,
+       t.tied_limit,
+       {t.reach_area, 0.0, true, t.wide_raise_area, t.free_ride},
+       false,
+       -1,
+       true,
+       false,
+       0,
+       true},
       {sized,
        t.sized_limit,
        {t.reach_area, 0.0, true, t.wide_raise_area, t.free_ride},

@@ -54,6 +54,9 @@ struct balanced_tuning {
   //! ...a larger size ties with a sample's size where its rank area is at most this factor of
   //! it (the ring's exchange hidden behind compute: the area is the same).
   double tie_area = 1.0 + 1e-9;
+  //! ...and for the last two tied steps, within this one: where a cost prices the ring's
+  //! exchange as not quite hidden, or a fit's noise parts sizes that tie, they tie no more.
+  double loose_tie_area = 1.02;
   //! The chunked construction below here: a whole packing per class, its plan rarely wins there.
   std::int64_t chunked_limit = (std::int64_t{1} << 18) - 1;
   //! ... and only where the best plan so far is more than this share above the lower bound.
@@ -255,6 +258,7 @@ struct balanced_tuning {
              within("improve_within", improve_within, 1, big),
              within("sized_within", sized_within, 1, big),
              within("tie_area", tie_area, 1, big),
+             within("loose_tie_area", loose_tie_area, 1, big),
              within("megatron_improve_within", megatron_improve_within, 1, big),
              within("megatron_samples_per_rank", megatron_samples_per_rank, 0, big),
              within("aligned_megatron_samples_per_rank", aligned_megatron_samples_per_rank, 0, big),
