@@ -188,28 +188,51 @@ TEST_CASE("balanced: the far-raise variant lifts the ProLong-like mix on nodes o
 
 TEST_CASE("balanced: the second list's levelled steps run only away from the lower bound") {
   // 4,096 SFT samples on 64 ranks: the first list's plan is within second_list_gap of the bound,
-  // and the variants, run anyway, find no faster plan
+  // and the variants, run anyway, find no faster plan (the tied constructions, gated alike but
+  // the first, do find one: they are off on both sides)
   for (const std::uint64_t seed : {1, 2, 3}) {
     CAPTURE(seed);
     const auto lengths = dcpp::workload::sft_lognormal(4096, seed);
-    dcpp::balanced always = untied(); // the tied constructions, gated alike, do find one
+    dcpp::balanced always = untied();
     always.tuning.second_list_gap = 0;
-    const dcpp::plan gated = plan_of<dcpp::balanced>(lengths, 64, 8192);
+    const dcpp::plan gated = plan_of(lengths, 64, 8192, untied());
     CHECK(plan_of(lengths, 64, 8192, always).microbatches == gated.microbatches);
     CHECK(timed(gated, lengths, 64, 8192, dcpp_bench::two_tier_cost()).of_bound >
           1 / (1 + dcpp::balanced_tuning{}.second_list_gap));
   }
   // the ProLong-like mix is further from it: the gate set wide skips exactly the variants
   const auto lengths = dcpp_bench::prolong_like(2048, 2);
-  dcpp::balanced never;
+  dcpp::balanced never = untied();
   never.tuning.second_list_gap = 1;
-  dcpp::balanced off = untied(); // gated alike
+  dcpp::balanced off = untied();
   off.tuning.narrow_variant_limit = 0;
   off.tuning.wide_raise_variant_limit = 0;
   const dcpp::plan skipped = plan_of(lengths, 128, 16384, never);
   CHECK(skipped.microbatches == plan_of(lengths, 128, 16384, off).microbatches);
-  CHECK(plan_of<dcpp::balanced>(lengths, 128, 16384).metrics.estimated_step_time <
+  CHECK(plan_of(lengths, 128, 16384, untied()).metrics.estimated_step_time <
         0.98 * skipped.metrics.estimated_step_time);
+}
+
+TEST_CASE("balanced: the first tied step runs near the lower bound too, and small batches run "
+          "every step") {
+  const auto two_tier = dcpp_bench::two_tier_cost();
+  // 4,096 SFT samples on 64 ranks, within second_list_gap of the bound (where of the tied steps
+  // only the first runs): groups of 2 where a sample's least-area size ties with 2 level the
+  // rounds closer to it
+  for (const std::uint64_t seed : {1, 2, 3}) {
+    CAPTURE(seed);
+    const auto lengths = dcpp::workload::sft_lognormal(4096, seed);
+    const lift l = lift_of(lengths, 64, 8192, untied(), "the tied steps", two_tier, false);
+    CHECK(l.without.of_bound > 1 / (1 + dcpp::balanced_tuning{}.second_list_gap));
+    CHECK(l.with.step < (1 - 1e-4) * l.without.step);
+  }
+  // 256 SFT samples on 8 ranks (2,048 samples x ranks): the tied step as far as the ties go,
+  // gated on a larger batch, runs here and raises samples twice, to groups of 4
+  const auto lengths = dcpp::workload::sft_lognormal(256, 3);
+  dcpp::balanced gated;
+  gated.tuning.ungated_limit = 0;
+  const lift l = lift_of(lengths, 8, 8192, gated, "ungated steps", two_tier, false);
+  CHECK(l.with.step < (1 - 1e-4) * l.without.step);
 }
 
 TEST_CASE("calibration: from a power-of-two grid of the cost, no regime is slower than the "

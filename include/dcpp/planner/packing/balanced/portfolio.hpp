@@ -130,6 +130,11 @@ private:
   [[nodiscard]] bool within_gap(double gap) const {
     return have_plan_ && best_step_ <= bound_ * (1 + gap);
   }
+  //! Whether `st`'s `gap` or `near` skips it (never up to `ungated_limit`).
+  [[nodiscard]] bool gated(const balanced_step& st) const {
+    return size_ > tuning_.ungated_limit &&
+           (within_gap(st.gap) || (have_plan_ && best_step_ > bound_ * (1 + st.near)));
+  }
 
   //! `a` improved by the local search (with `width` candidates per size, 0: `candidates_`)
   //! unless it is at the bound. The one rule for both threads: it reads only members that stay
@@ -205,9 +210,7 @@ private:
     using enum balanced_construction;
     for (std::size_t i = 0; i < steps_.size() && !at_bound(); ++i) {
       const balanced_step& st = steps_[i];
-      if (!runs(i) || st.second != second ||
-          (second && (st.construction == levelled || st.construction == tied) &&
-           within_gap(tuning_.second_list_gap)))
+      if (!runs(i) || st.second != second || gated(st))
         continue;
       switch (st.construction) {
       case levelled: run_levelled(i); break;
@@ -246,12 +249,11 @@ private:
     }
   }
 
-  //! Sized (balanced/sized.hpp), searched within `sized_within` of the best, or tied.
+  //! Sized or tied (balanced/sized.hpp), searched within the step's `keep_within` of the best.
   void run_sized(const balanced_step& st) {
     if (std::optional<state> a = sized_step(costs_, least_area_, st, k_min_,
                                             static_cast<std::int64_t>(allowed_), tuning_))
-      if (!have_plan_ || st.construction == balanced_construction::tied ||
-          a->step_time() <= tuning_.sized_within * best_step_)
+      if (!have_plan_ || a->step_time() <= st.keep_within * best_step_)
         consider(*a);
   }
 
@@ -389,8 +391,7 @@ private:
     }
   }
 
-  //! Past the megatron limit with few samples per rank: the megatron plan as it is (see
-  //! `megatron_samples_per_rank`).
+  //! Past the megatron limit with few samples per rank: the megatron plan as it is.
   void megatron_with_few_samples() {
     if (!with_megatron_ && policy_.selected(balanced_construction::megatron) && !at_bound() &&
         static_cast<double>(costs_.samples()) <=
@@ -401,8 +402,7 @@ private:
   }
 
   //! Contiguous groups: the portfolio once more on the aligned sizes alone, its plan improved by
-  //! the local search here, where the best so far is not within `aligned_gap` of the lower bound
-  //! (see `aligned_in_contiguous`).
+  //! the local search, where the best so far is not within `aligned_gap` of the lower bound.
   void aligned_in_contiguous() {
     if (!(tuning_.aligned_in_contiguous && o_.group_topology == topology::contiguous &&
           have_plan_ && !within_gap(tuning_.aligned_gap)))

@@ -37,6 +37,13 @@ struct balanced_step {
   //! In the second list: after the first, and kept only where the passes after the steps do
   //! not do better from the first list's best plan (`balanced_run::run`).
   bool second = false;
+  //! Only where the best plan so far is more than `gap` (a share) above the lower bound, and
+  //! within `near` of it.
+  double gap = 0;
+  double near = std::numeric_limits<double>::infinity();
+  //! For a sized or tied step: its plan is searched and kept only within this factor of the
+  //! best plan so far.
+  double keep_within = std::numeric_limits<double>::infinity();
   //! Only on dense batches (`balanced_tuning::dense`), raising up to `far_raise_area` there as
   //! the first levelled run does.
   bool dense = false;
@@ -56,86 +63,82 @@ struct balanced_step {
 //! bisected; chunked. Then the second list: the narrow and the wide-raise variants past the
 //! variants' limit, the latter twice (up to `wide_raise_area` and `far_raise_area`: neither
 //! wins on every batch), levelled from the sizes of least area raised through ties of area
-//! (tied: once, then as far as the ties go, then both within a looser tie) and from the
-//! target's sizes (sized), these with wide raises and free rides.
+//! (tied: once, up to `tied_near_limit` on every batch and past it near the bound; then away
+//! from the bound as far as the ties go, and both within a looser tie) and from the target's sizes
+//! (sized), these with wide raises and free rides.
 [[nodiscard]] inline std::vector<balanced_step> balanced_steps(const balanced_tuning& t) {
   using enum balanced_construction;
+  constexpr std::int64_t always = std::numeric_limits<std::int64_t>::max();
   const std::int64_t variants = t.levelled_variants_limit;
+  const detail::levelled_reach wide{t.reach_area, 0.0, true, t.wide_raise_area, t.free_ride};
+  const double far = t.second_list_gap; // the second list's levelled steps: away from the bound
+  // a tied step: raised `raises` times (0: as far as the ties go), `loose`ly or not
+  const auto tied_step = [&](std::int64_t up_to, double gap, std::int32_t raises, bool loose) {
+    return balanced_step{.construction = tied,
+                         .up_to = up_to,
+                         .reach = wide,
+                         .second = true,
+                         .gap = gap,
+                         .tie_raises = raises,
+                         .loose_ties = loose};
+  };
   return {
-      {fixed_cp, std::numeric_limits<std::int64_t>::max(), {}, true},
-      {levelled,
-       std::numeric_limits<std::int64_t>::max(),
-       {t.reach_area, 0.0, true, 0, t.free_ride}},
-      {levelled,
-       t.free_ride && t.dense_without_rides ? std::numeric_limits<std::int64_t>::max() : -1,
-       {t.reach_area, 0.0},
-       false,
-       -1,
-       false,
-       true},
-      {levelled, variants, {t.reach_area, 0.0}},
-      {levelled, variants, {t.narrow_reach_area, 0.0}},
-      {levelled, variants, {t.wide_reach_area, 0.0}},
-      {levelled, t.heavy_share > 0 ? variants : -1, {t.narrow_reach_area, t.heavy_share}},
-      {levelled, variants, {t.reach_area, 0.0, true, t.wide_raise_area}},
-      {fixed_cp, t.static_limit, {}},
-      {targeted, t.megatron_limit, {}},
-      {bisected, t.bisected_limit, {}},
-      {chunked, t.chunked_limit, {}},
+      {.construction = fixed_cp, .up_to = always, .least_area_size = true},
+      {.construction = levelled,
+       .up_to = always,
+       .reach = {t.reach_area, 0.0, true, 0, t.free_ride}},
+      {.construction = levelled,
+       .up_to = t.free_ride && t.dense_without_rides ? always : -1,
+       .reach = {t.reach_area, 0.0},
+       .dense = true},
+      {.construction = levelled, .up_to = variants, .reach = {t.reach_area, 0.0}},
+      {.construction = levelled, .up_to = variants, .reach = {t.narrow_reach_area, 0.0}},
+      {.construction = levelled, .up_to = variants, .reach = {t.wide_reach_area, 0.0}},
+      {.construction = levelled,
+       .up_to = t.heavy_share > 0 ? variants : -1,
+       .reach = {t.narrow_reach_area, t.heavy_share}},
+      {.construction = levelled,
+       .up_to = variants,
+       .reach = {t.reach_area, 0.0, true, t.wide_raise_area}},
+      {.construction = fixed_cp, .up_to = t.static_limit},
+      {.construction = targeted, .up_to = t.megatron_limit},
+      {.construction = bisected, .up_to = t.bisected_limit},
+      {.construction = chunked, .up_to = t.chunked_limit},
       // the second list
-      {levelled, t.narrow_variant_limit, {t.narrow_reach_area, 0.0}, false, variants, true},
-      {levelled,
-       t.wide_raise_variant_limit,
-       {t.reach_area, 0.0, true, t.wide_raise_area},
-       false,
-       variants,
-       true},
-      {levelled,
-       t.wide_raise_variant_limit,
-       {t.reach_area, 0.0, true, t.far_raise_area},
-       false,
-       variants,
-       true},
-      {tied,
-       t.tied_limit,
-       {t.reach_area, 0.0, true, t.wide_raise_area, t.free_ride},
-       false,
-       -1,
-       true,
-       false,
-       1},
-      {tied,
-       t.tied_limit,
-       {t.reach_area, 0.0, true, t.wide_raise_area, t.free_ride},
-       false,
-       -1,
-       true,
-       false,
-       0},
-      {tied,
-       t.tied_limit,
-       {t.reach_area, 0.0, true, t.wide_raise_area, t.free_ride},
-       false,
-       -1,
-       true,
-       false,
-       1,
-       true},
-      {tied,
-       t.tied_limit,
-       {t.reach_area, 0.0, true, t.wide_raise_area, t.free_ride},
-       false,
-       -1,
-       true,
-       false,
-       0,
-       true},
-      {sized,
-       t.sized_limit,
-       {t.reach_area, 0.0, true, t.wide_raise_area, t.free_ride},
-       false,
-       -1,
-       true},
+      {.construction = levelled,
+       .up_to = t.narrow_variant_limit,
+       .reach = {t.narrow_reach_area, 0.0},
+       .above = variants,
+       .second = true,
+       .gap = far},
+      {.construction = levelled,
+       .up_to = t.wide_raise_variant_limit,
+       .reach = {t.reach_area, 0.0, true, t.wide_raise_area},
+       .above = variants,
+       .second = true,
+       .gap = far},
+      {.construction = levelled,
+       .up_to = t.wide_raise_variant_limit,
+       .reach = {t.reach_area, 0.0, true, t.far_raise_area},
+       .above = variants,
+       .second = true,
+       .gap = far},
+      tied_step(t.tied_near_limit, 0, 1, false),
+      {.construction = tied,
+       .up_to = always,
+       .reach = wide,
+       .above = t.tied_near_limit,
+       .second = true,
+       .near = far,
+       .tie_raises = 1},
+      tied_step(t.tied_limit, far, 0, false),
+      tied_step(t.tied_limit, far, 1, true),
+      tied_step(t.tied_limit, far, 0, true),
+      {.construction = sized,
+       .up_to = t.sized_limit,
+       .reach = wide,
+       .second = true,
+       .keep_within = t.sized_within},
   };
 }
 

@@ -43,6 +43,8 @@ struct balanced_tuning {
   //! bound: they exist for batches far from it (medium samples on a tight budget, slow
   //! networks), and near it they cost most of the planning time for rarely a faster plan.
   double second_list_gap = 0.02;
+  //! Up to here no step's gap (`balanced_step::gap`) gates it: every step is cheap there.
+  std::int64_t ungated_limit = std::int64_t{1} << 14;
   //! The sized construction up to here: a levelled run from its own sizes and a local search...
   std::int64_t sized_limit = std::int64_t{1} << 21;
   //! ...the search only where its rounds are within this factor of the best plan so far: the
@@ -51,6 +53,12 @@ struct balanced_tuning {
   //! The tied constructions up to here (`balanced_construction::tied`), where the best plan so
   //! far is not within `second_list_gap` of the lower bound...
   std::int64_t tied_limit = std::int64_t{1} << 21;
+  //! ...but the first (one raise) runs near the bound too, up to here on every batch and past
+  //! it only within `second_list_gap` of the bound: near it, where short samples tie in area
+  //! everywhere, their groups of 2 level the rounds closer to it; far from it on the largest
+  //! batches its levelled run and search cost as much as the rest of the portfolio for
+  //! rarely a faster plan.
+  std::int64_t tied_near_limit = std::int64_t{1} << 24;
   //! ...a larger size ties with a sample's size where its rank area is at most this factor of
   //! it (the ring's exchange hidden behind compute: the area is the same).
   double tie_area = 1.0 + 1e-9;
