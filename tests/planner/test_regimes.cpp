@@ -226,6 +226,19 @@ TEST_CASE("balanced: the first tied step runs near the lower bound too, and smal
     CHECK(l.without.of_bound > 1 / (1 + dcpp::balanced_tuning{}.second_list_gap));
     CHECK(l.with.step < (1 - 1e-4) * l.without.step);
   }
+  // planned from a calibration of the cost, whose fit parts sizes that tie by a percent: the
+  // loose twin of the first tied step (off when the loose ties are the exact ones)
+  {
+    const auto lengths = dcpp::workload::sft_lognormal(4096, 2);
+    dcpp::balanced exact_only;
+    exact_only.tuning.loose_tie_area = exact_only.tuning.tie_area;
+    const dcpp::calibrated_cost fit = dcpp_bench::calibration_of(two_tier);
+    const outcome with = planned<dcpp::balanced>(lengths, 64, 8192, fit);
+    const outcome without = planned(lengths, 64, 8192, fit, exact_only);
+    MESSAGE("calibrated, of bound: balanced " << with.of_bound << ", exact ties only "
+                                              << without.of_bound);
+    CHECK(with.step < (1 - 1e-4) * without.step);
+  }
   // 256 SFT samples on 8 ranks (2,048 samples x ranks): the tied step as far as the ties go,
   // gated on a larger batch, runs here and raises samples twice, to groups of 4
   const auto lengths = dcpp::workload::sft_lognormal(256, 3);

@@ -78,25 +78,24 @@ template <class Estimator>
   return sizes;
 }
 
-//! Levelled from `tied_sizes` with `raises` within `tuning.tie_area` (`loose`:
-//! `tuning.loose_tie_area`, none where those are the same sizes) with `reach`, within
-//! `rounds_allowed`; none where the sizes are none.
+//! Levelled from `tied_sizes` with step `st`'s raises within `tuning.tie_area` (loose ties:
+//! `tuning.loose_tie_area`, none where those are the sizes of the exact ties) with its reach,
+//! within `rounds_allowed`; none where the sizes are none.
 template <class Estimator>
 [[nodiscard]] std::optional<assignment<Estimator>>
-tied(const cost_rows<Estimator>& costs, const sample_sizes& least_area, std::int32_t raises,
-     bool loose, std::int64_t rounds_allowed, const levelled_reach& reach,
-     const balanced_tuning& tuning) {
-  const std::optional<sample_sizes> sizes =
-      tied_sizes(least_area, costs, raises, loose ? tuning.loose_tie_area : tuning.tie_area);
+tied(const cost_rows<Estimator>& costs, const sample_sizes& least_area, const balanced_step& st,
+     std::int64_t rounds_allowed, const balanced_tuning& tuning) {
+  const std::optional<sample_sizes> sizes = tied_sizes(
+      least_area, costs, st.tie_raises, st.loose_ties ? tuning.loose_tie_area : tuning.tie_area);
   if (!sizes)
     return std::nullopt;
-  if (loose)
-    if (const auto exact = tied_sizes(least_area, costs, raises, tuning.tie_area);
+  if (st.loose_ties)
+    if (const auto exact = tied_sizes(least_area, costs, st.tie_raises, tuning.tie_area);
         exact && exact->cp == sizes->cp)
       return std::nullopt;
   levelled_start start = levelled_inputs(costs, *sizes);
   std::vector<levelled_slot> slots = std::move(start.slots);
-  return levelled(costs, std::move(slots), start, rounds_allowed, reach, tuning);
+  return levelled(costs, std::move(slots), start, rounds_allowed, st.reach, tuning);
 }
 
 //! Step `st`'s construction, sized (from `k_min` rounds, the fewest that pack) or tied, with its
@@ -107,7 +106,7 @@ sized_step(const cost_rows<Estimator>& costs, const sample_sizes& least_area,
            const balanced_step& st, std::int32_t k_min, std::int64_t rounds_allowed,
            const balanced_tuning& tuning) {
   if (st.construction == balanced_construction::tied)
-    return tied(costs, least_area, st.tie_raises, st.loose_ties, rounds_allowed, st.reach, tuning);
+    return tied(costs, least_area, st, rounds_allowed, tuning);
   return sized(costs, least_area, k_min, rounds_allowed, st.reach, tuning);
 }
 

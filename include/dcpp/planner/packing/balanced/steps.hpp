@@ -63,9 +63,9 @@ struct balanced_step {
 //! bisected; chunked. Then the second list: the narrow and the wide-raise variants past the
 //! variants' limit, the latter twice (up to `wide_raise_area` and `far_raise_area`: neither
 //! wins on every batch), levelled from the sizes of least area raised through ties of area
-//! (tied: once, up to `tied_near_limit` on every batch and past it near the bound; then away
-//! from the bound as far as the ties go, and both within a looser tie) and from the target's sizes
-//! (sized), these with wide raises and free rides.
+//! (tied: once, exactly and within a looser tie, up to `tied_near_limit` on every batch and
+//! past it near the bound; then away from the bound as far as the ties go, both ways) and from
+//! the target's sizes (sized), these with wide raises and free rides.
 [[nodiscard]] inline std::vector<balanced_step> balanced_steps(const balanced_tuning& t) {
   using enum balanced_construction;
   constexpr std::int64_t always = std::numeric_limits<std::int64_t>::max();
@@ -81,6 +81,14 @@ struct balanced_step {
                          .gap = gap,
                          .tie_raises = raises,
                          .loose_ties = loose};
+  };
+  // the first tied step near the bound too, exactly and loosely: on every batch up to
+  // `tied_near_limit` (`large`: past it, only near the bound)
+  const auto near_step = [&](bool large, bool loose) {
+    balanced_step st = tied_step(large ? always : t.tied_near_limit, 0, 1, loose);
+    st.above = large ? t.tied_near_limit : -1;
+    st.near = large ? far : st.near;
+    return st;
   };
   return {
       {.construction = fixed_cp, .up_to = always, .least_area_size = true},
@@ -123,16 +131,11 @@ struct balanced_step {
        .above = variants,
        .second = true,
        .gap = far},
-      tied_step(t.tied_near_limit, 0, 1, false),
-      {.construction = tied,
-       .up_to = always,
-       .reach = wide,
-       .above = t.tied_near_limit,
-       .second = true,
-       .near = far,
-       .tie_raises = 1},
+      near_step(false, false),
+      near_step(false, true),
+      near_step(true, false),
+      near_step(true, true),
       tied_step(t.tied_limit, far, 0, false),
-      tied_step(t.tied_limit, far, 1, true),
       tied_step(t.tied_limit, far, 0, true),
       {.construction = sized,
        .up_to = t.sized_limit,
