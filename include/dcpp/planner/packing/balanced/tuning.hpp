@@ -53,11 +53,11 @@ struct balanced_tuning {
   //! The tied constructions up to here (`balanced_construction::tied`), where the best plan so
   //! far is not within `second_list_gap` of the lower bound...
   std::int64_t tied_limit = std::int64_t{1} << 21;
-  //! ...but the first (one raise) runs near the bound too, up to here on every batch and past
-  //! it only within `second_list_gap` of the bound: near it, where short samples tie in area
-  //! everywhere, their groups of 2 level the rounds closer to it; far from it on the largest
-  //! batches its levelled run and search cost as much as the rest of the portfolio for
-  //! rarely a faster plan.
+  //! ...but the first two (one raise, exact and loose) run near the bound too, up to here on
+  //! every batch and past it only within `second_list_gap` of the bound: near it, where short
+  //! samples tie in area everywhere, their groups of 2 level the rounds closer to it; far from
+  //! it on the largest batches their levelled runs and searches cost as much as the rest of the
+  //! portfolio for rarely a faster plan.
   std::int64_t tied_near_limit = std::int64_t{1} << 24;
   //! ...a larger size ties with a sample's size where its rank area is at most this factor of
   //! it (the ring's exchange hidden behind compute: the area is the same).
