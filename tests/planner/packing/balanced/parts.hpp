@@ -3,6 +3,8 @@
 // of the plan it gives.
 #pragma once
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "dcpp/planner/costs.hpp"
 #include "dcpp/planner/evaluate.hpp"
 #include "dcpp/planner/packing/balanced.hpp"
+#include "dcpp/planner/planner.hpp"
 #include "dcpp/planner/transformer_cost.hpp"
 #include "dcpp/workload/generators.hpp"
 
@@ -73,6 +76,54 @@ inline void check_state(const state& a, const batch& b) {
   dcpp::evaluate(p, b.pr, b.e);
   check_invariants(p, b.pr.options);
   CHECK(p.metrics.estimated_step_time == doctest::Approx(a.step_time()).epsilon(1e-12));
+}
+
+//! NVLink within 8 GPUs, InfiniBand beyond, 9x slower (the benchmark's two-tier cluster): the
+//! ring's exchange hides behind compute within a node, so CP sizes tie in area there.
+inline estimator two_tier() {
+  dcpp::device_spec d = dcpp::device_presets[0];
+  d.network.intra_node.bytes_per_second = 450e9;
+  d.network.inter_node.bytes_per_second = 50e9;
+  return estimator(dcpp::model_presets[0], d);
+}
+
+//! A batch on `world` ranks with `tokens` per rank: `samples` lengths drawn log-normally about
+//! `median` (spread `sigma`), from 33 tokens to half the plannable length.
+struct lognormal_batch {
+  std::int32_t world;
+  std::size_t samples;
+  std::int64_t tokens;
+  double median;
+  double sigma;
+};
+inline std::vector<std::int64_t>
+lognormal_lengths(const lognormal_batch& lb, const dcpp::plan_options& o, std::uint64_t seed) {
+  dcpp::workload::rng r(seed);
+  std::vector<std::int64_t> lengths(lb.samples);
+  for (auto& l : lengths)
+    l = dcpp::workload::clamp_length(std::exp(std::log(lb.median) + lb.sigma * r.normal()), 33,
+                                     dcpp::max_plannable_length(o) / 2);
+  return lengths;
+}
+
+//! Balanced plans `lb` (seed `seed`) the same with and without its second thread
+//! (`parallel_levelled`); `check(lengths)` first checks what the batch must be.
+template <class Check>
+void check_same_without_thread(const lognormal_batch& lb, std::uint64_t seed, const Check& check) {
+  CAPTURE(seed);
+  CAPTURE(lb.world);
+  dcpp::plan_options o;
+  o.world_size = lb.world;
+  o.max_tokens_per_rank = lb.tokens;
+  const std::vector<std::int64_t> lengths = lognormal_lengths(lb, o, seed);
+  check(lengths);
+  dcpp::balanced without;
+  without.tuning.parallel_levelled = false;
+  const estimator cost = two_tier();
+  const dcpp::plan p = dcpp::planner(o, cost, dcpp::balanced{}).make_plan(lengths);
+  const dcpp::plan q = dcpp::planner(o, cost, without).make_plan(lengths);
+  CHECK(p.microbatches == q.microbatches);
+  CHECK(p.metrics.estimated_step_time == q.metrics.estimated_step_time);
 }
 
 } // namespace dcpp_test::balanced_parts

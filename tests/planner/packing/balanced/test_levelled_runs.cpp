@@ -4,7 +4,6 @@
 // plans on dense batches are the same with and without the second thread.
 #include "../../../support.hpp"
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -98,37 +97,13 @@ TEST_CASE("levelled_runs: the dense run ahead is the run in turn, searched as in
 }
 
 TEST_CASE("balanced: dense batches plan the same with and without the second thread") {
-  dcpp::balanced without;
-  without.tuning.parallel_levelled = false;
-  const dcpp::transformer_cost cost = dcpp::transformer_cost(dcpp::model_presets[0], [] {
-    dcpp::device_spec d = dcpp::device_presets[0];
-    d.network.intra_node.bytes_per_second = 450e9;
-    d.network.inter_node.bytes_per_second = 50e9;
-    return d;
-  }());
-  struct dense_case {
-    std::int32_t world;
-    std::size_t samples;
-    std::int64_t tokens;
-  };
   // dense: past wide_raise_above (samples x ranks), at most 16 samples per rank
-  const dense_case cases[] = {{1024, 4501, 8192}, {1024, 9999, 16384}, {768, 6000, 12288}};
+  const lognormal_batch cases[] = {{1024, 4501, 8192, 2048, 1.19},
+                                   {1024, 9999, 16384, 2048, 1.19},
+                                   {768, 6000, 12288, 2048, 1.19}};
   for (std::uint64_t seed = 1; seed <= (dcpp_test::quick() ? 1u : 3u); ++seed)
-    for (const dense_case& dc : cases) {
-      CAPTURE(seed);
-      CAPTURE(dc.world);
-      dcpp::plan_options o;
-      o.world_size = dc.world;
-      o.max_tokens_per_rank = dc.tokens;
-      dcpp::workload::rng r(seed);
-      std::vector<std::int64_t> lengths(dc.samples);
-      for (auto& l : lengths)
-        l = dcpp::workload::clamp_length(std::exp(std::log(2048.0) + 1.19 * r.normal()), 33,
-                                         dcpp::max_plannable_length(o) / 2);
-      REQUIRE(dcpp::balanced_tuning{}.dense(static_cast<std::int64_t>(lengths.size()), dc.world));
-      const dcpp::plan p = dcpp::planner(o, cost, dcpp::balanced{}).make_plan(lengths);
-      const dcpp::plan q = dcpp::planner(o, cost, without).make_plan(lengths);
-      CHECK(p.microbatches == q.microbatches);
-      CHECK(p.metrics.estimated_step_time == q.metrics.estimated_step_time);
-    }
+    for (const lognormal_batch& lb : cases)
+      check_same_without_thread(lb, seed, [&](const std::vector<std::int64_t>& lengths) {
+        REQUIRE(dcpp::balanced_tuning{}.dense(static_cast<std::int64_t>(lengths.size()), lb.world));
+      });
 }

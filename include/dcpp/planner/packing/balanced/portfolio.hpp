@@ -28,7 +28,7 @@
 #include "dcpp/planner/packing/balanced/levelled.hpp"
 #include "dcpp/planner/packing/balanced/levelled_runs.hpp"
 #include "dcpp/planner/packing/balanced/local_search.hpp"
-#include "dcpp/planner/packing/balanced/sized.hpp"
+#include "dcpp/planner/packing/balanced/sized_runs.hpp"
 #include "dcpp/planner/packing/balanced/steps.hpp"
 #include "dcpp/planner/packing/balanced/targeted.hpp"
 #include "dcpp/planner/packing/balanced/tiled.hpp"
@@ -136,9 +136,8 @@ private:
            (within_gap(st.gap) || (have_plan_ && best_step_ > bound_ * (1 + st.near)));
   }
 
-  //! `a` improved by the local search (with `width` candidates per size, 0: `candidates_`)
-  //! unless it is at the bound. The one rule for both threads: it reads only members that stay
-  //! as they are while the steps run, so the levelled runs call it ahead on a second thread.
+  //! `a` improved by the local search (`width` candidates per size, 0: `candidates_`) unless at
+  //! the bound. It reads only members that stay put while the steps run: the runs ahead call it.
   void improve_unless_at_bound(state& a, std::int32_t width = 0) const {
     if (!(a.step_time() <= floor_))
       improve(a, tuning_, width > 0 ? width : candidates_);
@@ -219,28 +218,28 @@ private:
       case chunked: run_chunked(); break;
       case bisected: run_bisected(); break;
       case sized:
-      case tied: run_sized(st); break;
+      case tied: run_sized(i); break;
       case megatron: break; // ran first
       }
     }
   }
 
+  //! The next step after i of i's list that runs and is a `c` one (the number of steps: none).
+  [[nodiscard]] std::size_t next_of(std::size_t i, balanced_construction c) const {
+    return next_step(steps_, i, c, [this](std::size_t j) { return runs(j); });
+  }
+
   void run_levelled(std::size_t i) {
-    using enum balanced_construction;
-    std::size_t next = i + 1; // the next levelled step of i's list that runs
-    while (next < steps_.size() && !(runs(next) && steps_[next].second == steps_[i].second &&
-                                     steps_[next].construction == levelled))
-      ++next;
     typename levelled_runs<Estimator>::result r =
-        levelled_.run(i, allowed_, next, [this](state& b) { improve_unless_at_bound(b); });
+        levelled_.run(i, allowed_, next_of(i, balanced_construction::levelled),
+                      [this](state& b) { improve_unless_at_bound(b); });
     state& a = r.built;
     if (levelled_.repeats(a, name))
       return;
     if (i == levelled_.first() && !with_megatron_ &&
         static_cast<std::size_t>(a.rounds()) > allowed_) {
-      // the first levelled run past the megatron limit needs more rounds than allowed:
-      // Megatron's count is the bound after all (the levelled rounds then compete as a plan:
-      // groups and samples in plan order)
+      // past the megatron limit, the first levelled run needs more rounds than allowed: then
+      // Megatron's count bounds them (the levelled rounds compete as a plan, in plan order)
       state as_plan = state::from_plan(costs_, a.to_plan(name));
       take_megatron(megatron_pack());
       consider(as_plan);
@@ -249,12 +248,14 @@ private:
     }
   }
 
-  //! Sized or tied (balanced/sized.hpp), searched within the step's `keep_within` of the best.
-  void run_sized(const balanced_step& st) {
-    if (std::optional<state> a = sized_step(costs_, least_area_, st, k_min_,
-                                            static_cast<std::int64_t>(allowed_), tuning_))
-      if (!have_plan_ || a->step_time() <= st.keep_within * best_step_)
-        consider(*a);
+  //! Sized or tied step i (balanced/sized.hpp; the next tied step ahead), searched within its
+  //! `keep_within` of the best.
+  void run_sized(std::size_t i) {
+    typename sized_runs<Estimator>::result r =
+        sized_.run(i, allowed_, next_of(i, balanced_construction::tied),
+                   [this](state& b) { improve_unless_at_bound(b); });
+    if (r.built && (!have_plan_ || r.built->step_time() <= steps_[i].keep_within * best_step_))
+      consider(*r.built, true, false, &r.searched);
   }
 
   //! static_cp's plan at size `cp` (0: its own, the smallest that holds every sample).
@@ -316,20 +317,18 @@ private:
         }
   }
 
-  //! The samples that need CP in rounds of their own, each round's ranks halved between them
-  //! (balanced/bisected.hpp), where the best plan so far is not within `chunked_gap` of the
-  //! lower bound (its plan at the round count whose plan is fastest as it is: the local search
-  //! takes most of the construction's time, and rarely reorders them).
+  //! The samples that need CP in rounds of their own, ranks halved between them (bisected.hpp),
+  //! where the best is more than `chunked_gap` above the bound; at the round count whose plan
+  //! is fastest as built (the search takes most of its time, and rarely reorders them).
   void run_bisected() {
     if (!within_gap(tuning_.chunked_gap))
       if (std::optional<state> a = policy_.bisected_plan(pr_, estimator_, costs_, allowed_))
         consider(*a);
   }
 
-  //! Rounds no construction takes: the local search once more on the best plan with one more
-  //! micro-batch multiple of empty rounds, into which it may move samples where that pays the
-  //! overhead (a dominant sample's round sheds its small companions). Kept when it is faster
-  //! and leaves no round empty; repeated while it pays, up to `tuning.spill_passes` times.
+  //! Rounds no construction takes: the search once more on the best plan with a micro-batch
+  //! multiple of empty rounds more, where moving samples pays the overhead (a dominant sample's
+  //! round sheds its companions). Kept when faster, no round empty; up to `spill_passes` times.
   void spill_into_new_rounds() {
     const auto multiple = static_cast<std::size_t>(o_.microbatch_multiple);
     for (std::int32_t pass = 0; pass < tuning_.spill_passes && size_ <= tuning_.spill_limit &&
@@ -442,8 +441,9 @@ private:
   bool have_plan_ = false;
   plan megatron_plan_;
   bool megatron_pending_ = false;
-  levelled_runs<Estimator> levelled_{costs_, least_area_, steps_, tuning_,
-                                     dense_}; // last: it may have work ahead reading the rest
+  // the last two: they may have work ahead reading the rest
+  sized_runs<Estimator> sized_{costs_, least_area_, steps_, k_min_, floor_, tuning_};
+  levelled_runs<Estimator> levelled_{costs_, least_area_, steps_, tuning_, dense_};
 };
 
 } // namespace detail

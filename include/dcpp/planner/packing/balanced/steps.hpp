@@ -2,6 +2,7 @@
 // each with the batch size up to which it runs (the gate) and its construction's parameters.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -86,9 +87,20 @@ struct balanced_step {
   // `tied_near_limit` (`large`: past it, only near the bound)
   const auto near_step = [&](bool large, bool loose) {
     balanced_step st = tied_step(large ? always : t.tied_near_limit, 0, 1, loose);
-    st.above = large ? t.tied_near_limit : -1;
-    st.near = large ? far : st.near;
+    if (large) {
+      st.above = t.tied_near_limit;
+      st.near = far;
+    }
     return st;
+  };
+  // a levelled variant of the second list, past the variants' limit and away from the bound
+  const auto variant_step = [&](std::int64_t up_to, detail::levelled_reach reach) {
+    return balanced_step{.construction = levelled,
+                         .up_to = up_to,
+                         .reach = reach,
+                         .above = variants,
+                         .second = true,
+                         .gap = far};
   };
   return {
       {.construction = fixed_cp, .up_to = always, .least_area_size = true},
@@ -113,24 +125,9 @@ struct balanced_step {
       {.construction = bisected, .up_to = t.bisected_limit},
       {.construction = chunked, .up_to = t.chunked_limit},
       // the second list
-      {.construction = levelled,
-       .up_to = t.narrow_variant_limit,
-       .reach = {t.narrow_reach_area, 0.0},
-       .above = variants,
-       .second = true,
-       .gap = far},
-      {.construction = levelled,
-       .up_to = t.wide_raise_variant_limit,
-       .reach = {t.reach_area, 0.0, true, t.wide_raise_area},
-       .above = variants,
-       .second = true,
-       .gap = far},
-      {.construction = levelled,
-       .up_to = t.wide_raise_variant_limit,
-       .reach = {t.reach_area, 0.0, true, t.far_raise_area},
-       .above = variants,
-       .second = true,
-       .gap = far},
+      variant_step(t.narrow_variant_limit, {t.narrow_reach_area, 0.0}),
+      variant_step(t.wide_raise_variant_limit, {t.reach_area, 0.0, true, t.wide_raise_area}),
+      variant_step(t.wide_raise_variant_limit, {t.reach_area, 0.0, true, t.far_raise_area}),
       near_step(false, false),
       near_step(false, true),
       near_step(true, false),
@@ -145,4 +142,19 @@ struct balanced_step {
   };
 }
 
+namespace detail {
+
+//! The next step after i of i's list that is a `c` one and `runs(j)` (the number of steps: none):
+//! the step a run started ahead while step i runs in turn.
+template <class Runs>
+[[nodiscard]] std::size_t next_step(const std::vector<balanced_step>& steps, std::size_t i,
+                                    balanced_construction c, const Runs& runs) {
+  std::size_t next = i + 1;
+  while (next < steps.size() &&
+         !(steps[next].second == steps[i].second && steps[next].construction == c && runs(next)))
+    ++next;
+  return next;
+}
+
+} // namespace detail
 } // namespace dcpp
