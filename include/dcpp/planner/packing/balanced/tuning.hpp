@@ -114,7 +114,7 @@ struct balanced_tuning {
   //! before it the run with rides is ahead on all, so both run.
   bool dense_without_rides = true;
   //! That run without rides is built and searched on a second thread while the run with rides
-  //! runs (the plan is the same either way; only where the cost table holds every entry).
+  //! runs, and so is each tied step's twin (the same plans; only with a full cost table).
   bool parallel_levelled = true;
   //! A ride costs the rider at most this factor of its area (a wide ring's latency).
   double ride_area = 2.0;
