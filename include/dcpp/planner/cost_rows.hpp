@@ -72,6 +72,10 @@ public:
     return table_ ? pr_.cost_row_at(row) : nullptr;
   }
 
+  //! True when the rows' costs come from the table: the runs that build on a second thread
+  //! read only it there, since a user's estimator need not be safe to call from two threads.
+  [[nodiscard]] bool tabulated() const noexcept { return rows() > 0 && row_table(0) != nullptr; }
+
   [[nodiscard]] double cost(std::int32_t s, std::int32_t cp) const {
     return sample_cost(pr_, estimator_, static_cast<std::size_t>(s), cp);
   }

@@ -1,8 +1,8 @@
 // Tests for balanced/sized_runs.hpp: the next tied step, built and searched ahead on a second
-// thread while one is built in turn, is the run built in turn and searched as the portfolio
-// searches it; it runs ahead only where the cost table holds every entry, is searched there only
-// where the run in turn is short of the floor, is dropped where the allowance changed, and a run
-// taken from ahead starts none; `next_step` against a plain scan;
+// thread while another is built, is the run the step gives built and searched in turn; it runs
+// ahead only where the cost table holds every entry, is searched there only where the run in
+// turn is short of the floor, is dropped where the allowance changed, and a run taken from ahead
+// starts none; `next_step` against a plain scan;
 // and balanced's plans are the same with and without the second thread where the tied steps run.
 #include "../../../support.hpp"
 

@@ -72,7 +72,7 @@ public:
       return std::move(*r);
     std::vector<levelled_slot> slots = last ? std::move(start_->slots) : start_->slots;
     if (tuning_.parallel_levelled && next < steps_.size() && steps_[next].dense &&
-        costs_.rows() > 0 && costs_.row_table(0) != nullptr)
+        costs_.tabulated())
       ahead_.start(key(next, allowed),
                    [this, next, slots = start_->slots, allowed, search]() mutable {
                      result r{build(next, std::move(slots), allowed), std::nullopt};

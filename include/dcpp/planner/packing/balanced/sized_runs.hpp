@@ -54,8 +54,7 @@ public:
     if (std::optional<result> r = ahead_.take(key(i, allowed)))
       return std::move(*r);
     std::promise<bool> search_next; // unset where building step i throws: the next one is not
-    if (tuning_.parallel_levelled && next < steps_.size() && costs_.rows() > 0 &&
-        costs_.row_table(0) != nullptr)
+    if (tuning_.parallel_levelled && next < steps_.size() && costs_.tabulated())
       ahead_.start(key(next, allowed),
                    [this, next, allowed, search, go = search_next.get_future()]() mutable {
                      result r{build(next, allowed), std::nullopt};
