@@ -1,6 +1,7 @@
 // Tests for balanced/local_search.hpp: it never raises the step time and keeps every invariant,
-// from every construction's assignments on random batches; it makes the moves a small case
-// needs and none where nothing can be gained.
+// from every construction's assignments on random batches; it makes the moves and swaps a small
+// case needs (a swap with a group deep in the headroom order among them) and none where nothing
+// can be gained; the heap and the round index lead it to the same plans.
 #include "../../../support.hpp"
 
 #include <algorithm>
@@ -95,6 +96,50 @@ TEST_CASE("local search: a swap between rounds where no move fits") {
   CHECK(a.step_time() <= before - (b.costs.cost(0, 1) - b.costs.cost(3, 1)) * (1 - 1e-9));
 }
 
+TEST_CASE("local search: a swap with a group deep in the headroom order") {
+  // 12 ranks, two rounds, no free rank and no group with room for a move. Round 0: {L, L} sets
+  // the time beside eleven 2,100-token samples. Round 1: {L, L} too, then ten 2,500-token samples
+  // (more headroom than any other group, nothing lighter than L to give back), first in the
+  // headroom order, and {S, S}, the one partner for a swap (round 1's {L, L} has none: its
+  // partner would be in its own round, and round 0 has nothing lighter to give).
+  const dcpp::plan_options o = options_for(12, 4096);
+  std::vector<std::int64_t> lengths = {2048, 2048};
+  std::vector<dcpp::plan_group> round0 = {{0, 1, {0, 1}, 0, 0.0}};
+  for (std::int32_t r = 1; r < 12; ++r) {
+    round0.push_back({r, 1, {static_cast<std::int32_t>(lengths.size())}, 0, 0.0});
+    lengths.push_back(2100);
+  }
+  const auto l2 = static_cast<std::int32_t>(lengths.size());
+  std::vector<dcpp::plan_group> round1 = {{0, 1, {l2, l2 + 1}, 0, 0.0}};
+  lengths.insert(lengths.end(), {2048, 2048});
+  for (std::int32_t r = 1; r < 11; ++r) {
+    round1.push_back({r, 1, {static_cast<std::int32_t>(lengths.size())}, 0, 0.0});
+    lengths.push_back(2500);
+  }
+  const auto s = static_cast<std::int32_t>(lengths.size());
+  round1.push_back({11, 1, {s, s + 1}, 0, 0.0});
+  lengths.insert(lengths.end(), {2000, 2000});
+  const batch b(o, lengths, tabulation::none);
+  const dcpp::plan p = plan_of(b, {round0, round1});
+  const double gain = b.costs.cost(0, 1) - b.costs.cost(s, 1);
+  REQUIRE(gain > 0);
+
+  // the walk at the search's 8 candidates alone ends among the ten before {S, S}: no change
+  dcpp::balanced_tuning narrow;
+  narrow.swap_groups = 1;
+  state a = state::from_plan(b.costs, p);
+  const double before = a.step_time();
+  d::improve(a, narrow, 8);
+  check_state(a, b);
+  CHECK(a.to_plan("test").microbatches == p.microbatches);
+
+  // `swap_groups` (64 by default) reaches it: an L and an S change places
+  state c = state::from_plan(b.costs, p);
+  improve_checked(c, b, 8);
+  CHECK(c.step_time() <= before - gain * (1 - 1e-9));
+  CHECK((c.round_of(c.group_of(s)) == 0 || c.round_of(c.group_of(s + 1)) == 0));
+}
+
 TEST_CASE("local search: a level assignment is left as it is") {
   // equal samples, one per rank: no move can gain
   const dcpp::plan_options o = options_for(4, 4096);
@@ -132,98 +177,4 @@ TEST_CASE("local search: the heap and the set headroom index give the same plans
     }
   }
   CHECK(moved >= 60); // most starts are changed by the search, so the walks were exercised
-}
-
-namespace {
-//! What the headroom index reads of an assignment: each group's round and load, each round's
-//! maximum (here the largest load filed in it, as in an assignment).
-struct fake_groups {
-  struct group {
-    double load = 0;
-  };
-  std::vector<std::int32_t> round;
-  std::vector<group> groups;
-  std::vector<double> max;
-  [[nodiscard]] std::int32_t round_of(std::int32_t id) const {
-    return round[static_cast<std::size_t>(id)];
-  }
-  [[nodiscard]] const group& group_at(std::int32_t id) const {
-    return groups[static_cast<std::size_t>(id)];
-  }
-  [[nodiscard]] double max_load(std::int32_t r) const { return max[static_cast<std::size_t>(r)]; }
-};
-} // namespace
-
-TEST_CASE("local search: the round index walks by (minus the headroom, id), runs of equal "
-          "headroom included") {
-  // Loads near 1 and far below it: 1 - 1e-17 rounds to 1, so distinct loads of one round share a
-  // headroom there and the walk must order them by id, as the pairs compare; equal loads, loads
-  // at the round's maximum and rounds without groups besides. After every change each size is
-  // walked whole against the pairs sorted here, and in part (a walk that stops early, then one
-  // to the end: the merge kept between them must be the same order).
-  const double loads[] = {0.0, 1e-17, 2e-17, 3e-17, 0.25, 0.5, 1.0, 1.0 + 0x1p-52, 0.75, 2.0};
-  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
-    CAPTURE(seed);
-    dcpp::workload::rng r(seed);
-    const std::size_t ids = 37, rounds = 5, sizes = 3;
-    fake_groups g;
-    g.groups.resize(ids);
-    g.max.assign(rounds, 0.0);
-    for (std::size_t id = 0; id < ids; ++id)
-      g.round.push_back(static_cast<std::int32_t>(r.uniform_int(0, rounds - 2))); // one empty
-    std::vector<std::optional<std::size_t>> size_of(ids);
-    d::round_headroom_index<fake_groups> index(g);
-    index.reset(sizes);
-    const auto set_max = [&] {
-      std::fill(g.max.begin(), g.max.end(), 0.0);
-      for (std::size_t id = 0; id < ids; ++id)
-        if (size_of[id]) {
-          double& m = g.max[static_cast<std::size_t>(g.round[id])];
-          m = std::max(m, g.groups[id].load);
-        }
-    };
-    std::int64_t runs = 0; // adjacent entries of one round with one headroom and two loads
-    for (int step = 0; step < 400; ++step) {
-      const auto id = static_cast<std::int32_t>(r.uniform_int(0, ids - 1));
-      const auto u = static_cast<std::size_t>(id);
-      if (r.uniform() < 0.2) {
-        index.drop(id);
-        size_of[u].reset();
-      } else {
-        g.groups[u].load =
-            r.uniform() < 0.7 ? loads[r.uniform_int(0, std::size(loads) - 1)] : r.uniform() * 2;
-        size_of[u] = static_cast<std::size_t>(r.uniform_int(0, sizes - 1));
-        index.file(*size_of[u], id);
-      }
-      set_max();
-      for (std::size_t size = 0; size < sizes; ++size) {
-        std::vector<std::pair<double, std::int32_t>> expected;
-        for (std::size_t k = 0; k < ids; ++k)
-          if (size_of[k] == size)
-            expected.emplace_back(-(g.max[static_cast<std::size_t>(g.round[k])] - g.groups[k].load),
-                                  static_cast<std::int32_t>(k));
-        std::sort(expected.begin(), expected.end());
-        for (std::size_t k = 1; k < expected.size(); ++k) {
-          const auto a = static_cast<std::size_t>(expected[k - 1].second);
-          const auto b = static_cast<std::size_t>(expected[k].second);
-          runs += expected[k - 1].first == expected[k].first && g.round[a] == g.round[b] &&
-                  g.groups[a].load != g.groups[b].load;
-        }
-        const std::size_t stop = expected.size() / 2;
-        std::vector<std::pair<double, std::int32_t>> part, whole;
-        index.walk(size, [&](const auto& e) {
-          part.push_back(e);
-          return part.size() > stop;
-        });
-        index.walk(size, [&](const auto& e) {
-          whole.push_back(e);
-          return false;
-        });
-        CHECK(whole == expected);
-        CHECK(part.size() == std::min(stop + 1, expected.size()));
-        CHECK(std::equal(part.begin(), part.end(), expected.begin()));
-      }
-    }
-    CHECK(runs > 0); // the rounding runs were met
-  }
 }

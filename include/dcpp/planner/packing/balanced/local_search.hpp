@@ -5,209 +5,15 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <limits>
-#include <optional>
-#include <set>
-#include <utility>
 #include <vector>
 
 #include "dcpp/planner/packing/balanced/assignment.hpp"
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
+#include "dcpp/planner/packing/balanced/headroom_index.hpp"
 #include "dcpp/planner/packing/balanced/tuning.hpp"
-#include "dcpp/planner/util/indexed_heap.hpp"
-#include "dcpp/planner/util/node_pool.hpp"
 
 namespace dcpp::detail {
-
-//! A group's key in both headroom indexes: minus the headroom, computed by one expression, so
-//! that the two order groups alike bit for bit (the plans must not depend on the index).
-[[nodiscard]] inline double headroom_key(double round_max, double load) noexcept {
-  return -(round_max - load);
-}
-
-//! The local search's index of groups by headroom, per CP size: walked in ascending order of
-//! (minus the headroom, group id), the headroom being how far a group's load is below its round's
-//! maximum. `Groups` (an `assignment`) gives each group id's `round_of(id)` and
-//! `group_at(id).load`, and each round's `max_load(round)`. Two forms with that same order:
-//! `round_headroom_index` (the search's) and `heap_headroom_index` (its reference in the tests, or
-//! the search's from `tuning.heap_index_groups` groups on). Each has `reset(sizes)`, `file(size,
-//! id)` (files group id of the assignment under size index `size` at its current load, moving it
-//! from where it was filed), `drop(id)` (unfiles it, if filed) and `walk(size, f)` (`f(entry)` in
-//! order until it returns true, an entry being the pair (minus the headroom, id)).
-//! `refiled_on_max`: whether a round whose maximum moved must have its groups filed again. A size's
-//! sets or heap are made when a group is first filed under it: a world of many legal sizes
-//! (contiguous, 2^20 ranks) does not pay for the sizes no group has.
-//!
-//! `round_headroom_index` files each group under its size and round by (load, id), which a
-//! round's maximum does not change: where a maximum moves (most changes of the search), no group
-//! is filed again. A walk merges the size's rounds by (minus the headroom, id), and keeps what it
-//! merged until the next change: the walks between two changes (one per sample of the critical
-//! group, size and kind of change) read the merged entries again. Within a round the headroom
-//! falls as the load rises, but two loads may round to the same headroom: such a run is taken
-//! whole and ordered by id, which is the order of the pairs.
-template <class Groups>
-class round_headroom_index {
-public:
-  using entry = std::pair<double, std::int32_t>;
-  static constexpr bool refiled_on_max = false;
-
-  explicit round_headroom_index(const Groups& a) : a_(a) {}
-
-  void reset(std::size_t sizes) {
-    sizes_.reset(sizes);
-    filed_.clear();
-    ++generation_;
-  }
-  void file(std::size_t size, std::int32_t id) {
-    drop(id); // unfiles it, and sizes filed_ to hold id (written below)
-    const auto round = static_cast<std::size_t>(a_.round_of(id));
-    const double load = a_.group_at(id).load;
-    std::vector<loads>& rounds = sizes_.make(size).rounds;
-    while (rounds.size() <= round)
-      rounds.emplace_back(node_allocator<entry>(arena_));
-    rounds[round].emplace(load, id);
-    filed_[static_cast<std::size_t>(id)] = filed{size, round, load};
-    ++generation_;
-  }
-  void drop(std::int32_t id) {
-    const auto u = static_cast<std::size_t>(id);
-    if (u >= filed_.size())
-      filed_.resize(u + 1, std::nullopt);
-    if (const auto& at = filed_[u]) {
-      sizes_.find(at->size)->rounds[at->round].erase({at->load, id});
-      filed_[u].reset();
-      ++generation_;
-    }
-  }
-  template <class F>
-  void walk(std::size_t size, F&& f) {
-    by_size* b = sizes_.find(size);
-    if (b == nullptr)
-      return;
-    if (b->generation != generation_)
-      restart(*b);
-    for (std::size_t k = 0;; ++k) {
-      if (k == b->merged.size() && !extend(*b))
-        return;
-      if (f(b->merged[k]))
-        return;
-    }
-  }
-
-private:
-  using loads = std::set<entry, std::less<entry>, node_allocator<entry>>;
-  struct filed {
-    std::size_t size;
-    std::size_t round;
-    double load;
-  };
-  struct cursor {
-    typename loads::const_iterator at, end; // the round's groups not yet in a run
-    double max = 0;                         // the round's maximum
-    std::vector<entry> run;                 // the current run: (minus the headroom, id), by id
-    std::size_t next = 0;                   // its next entry
-  };
-  struct by_size {
-    std::vector<loads> rounds;    // per round: (load, id)
-    std::uint64_t generation = 0; // of the index when the merge below began
-    std::vector<cursor> cursors;  // the first `live` are the merge's, one per round
-    std::size_t live = 0;
-    std::vector<entry> merged; // the entries merged so far, in walk order
-  };
-
-  //! The cursor's next run of groups of equal headroom, by id (none at the round's end).
-  static void next_run(cursor& c) {
-    c.run.clear();
-    c.next = 0;
-    if (c.at == c.end)
-      return;
-    const double key = headroom_key(c.max, c.at->first);
-    for (; c.at != c.end && headroom_key(c.max, c.at->first) == key; ++c.at)
-      c.run.emplace_back(key, c.at->second);
-    if (c.run.size() > 1)
-      std::sort(c.run.begin(), c.run.end());
-  }
-  void restart(by_size& b) {
-    b.generation = generation_;
-    b.merged.clear();
-    b.live = 0;
-    for (std::size_t r = 0; r < b.rounds.size(); ++r) {
-      if (b.rounds[r].empty())
-        continue;
-      if (b.live == b.cursors.size())
-        b.cursors.emplace_back();
-      cursor& c = b.cursors[b.live++];
-      c.at = b.rounds[r].begin();
-      c.end = b.rounds[r].end();
-      c.max = a_.max_load(static_cast<std::int32_t>(r));
-      next_run(c);
-    }
-  }
-  //! Merges one more entry (false: none is left).
-  static bool extend(by_size& b) {
-    cursor* least = nullptr;
-    for (std::size_t k = 0; k < b.live; ++k) {
-      cursor& c = b.cursors[k];
-      if (c.next < c.run.size() && (least == nullptr || c.run[c.next] < least->run[least->next]))
-        least = &c;
-    }
-    if (least == nullptr)
-      return false;
-    b.merged.push_back(least->run[least->next]);
-    if (++least->next == least->run.size())
-      next_run(*least);
-    return true;
-  }
-
-  const Groups& a_;
-  // one node per entry, from an arena that lives as long as the index (no malloc per update)
-  node_arena arena_;
-  per_size<by_size> sizes_;
-  std::vector<std::optional<filed>> filed_;
-  std::uint64_t generation_ = 1; // changes with every file and drop
-};
-
-template <class Groups>
-class heap_headroom_index {
-public:
-  static constexpr bool refiled_on_max = true;
-
-  explicit heap_headroom_index(const Groups& a) : a_(a) {}
-
-  void reset(std::size_t sizes) {
-    heaps_.reset(sizes);
-    size_of_.clear();
-  }
-  void file(std::size_t size, std::int32_t id) {
-    const double key = headroom_key(a_.max_load(a_.round_of(id)), a_.group_at(id).load);
-    const auto u = static_cast<std::size_t>(id);
-    if (u >= size_of_.size())
-      size_of_.resize(u + 1, none);
-    if (size_of_[u] != size && size_of_[u] != none)
-      heaps_.find(size_of_[u])->erase(id);
-    heaps_.make(size).set(key, id); // files it, or moves it to its new key
-    size_of_[u] = size;
-  }
-  void drop(std::int32_t id) {
-    const auto u = static_cast<std::size_t>(id);
-    if (u < size_of_.size() && size_of_[u] != none) {
-      heaps_.find(size_of_[u])->erase(id);
-      size_of_[u] = none;
-    }
-  }
-  template <class F>
-  void walk(std::size_t size, F&& f) {
-    if (auto* heap = heaps_.find(size))
-      heap->visit(std::numeric_limits<std::int32_t>::max(), f);
-  }
-
-private:
-  static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
-  const Groups& a_;
-  per_size<indexed_heap<double>> heaps_;
-  std::vector<std::size_t> size_of_; // per id: the size index it is filed under, or `none`
-};
 
 //! Improves `a` in place: sweeps over the rounds; in each, the group with the largest load (the
 //! round's critical group) gives one of its samples to the group with the most headroom (how
@@ -273,9 +79,26 @@ private:
     std::int32_t swap_with = -1; // swap: the sample of to_group that comes back
   };
 
-  //! (Re)files group id under its current load, or drops it once it has closed.
+  //! The least cost of a sample of open group id, at the group's size (kept until it changes).
+  [[nodiscard]] double lightest(std::int32_t id) {
+    const auto u = static_cast<std::size_t>(id);
+    if (u >= lightest_.size())
+      lightest_.resize(u + 1, -1.0);
+    if (lightest_[u] < 0) {
+      double least = std::numeric_limits<double>::infinity();
+      for (const std::int32_t t : a_.group_at(id).samples)
+        least = std::min(least, a_.cost_of(t));
+      lightest_[u] = least;
+    }
+    return lightest_[u];
+  }
+
+  //! (Re)files group id under its current load, or drops it once it has closed; either way its
+  //! lightest sample is found again when next asked for.
   template <class Index>
   void refile(std::int32_t id, Index& index) {
+    if (static_cast<std::size_t>(id) < lightest_.size())
+      lightest_[static_cast<std::size_t>(id)] = -1.0;
     if (a_.open_group(id))
       index.file(costs_.size_index(a_.group_at(id).cp), id);
     else
@@ -356,37 +179,54 @@ private:
         });
       }
       // swaps: s goes to a group of another round, of any size s may use (most headroom
-      // first), and one of that group's samples that may use g's size comes back
+      // first), and one of that group's samples that may use g's size comes back. No swap of s
+      // changes the step time by less than `floor` (g keeps at least `rest`), and one at g's
+      // own size by less than minus the other group's headroom (what s adds there is what the
+      // returning sample takes from g): a walk stops where neither bound leaves a gain, and
+      // reaches `swap_groups` groups at g's size (where the full gain lies deep in the
+      // headroom order), `candidates_` at the others.
       const std::int64_t ts = costs_.tokens(s, g.cp);
+      const double floor = rest - max_m;
       for (const std::int32_t c2 : ladder(pr, s)) {
-        const double ws2 = c2 == g.cp ? w : costs_.cost(s, c2);
+        if (floor >= best.delta)
+          break;
+        const bool same_size = c2 == g.cp;
+        const double ws2 = same_size ? w : costs_.cost(s, c2);
         const std::int64_t ts2 = costs_.tokens(s, c2);
-        std::int32_t tries = 0;
+        const std::int64_t reach =
+            same_size ? std::max<std::int64_t>(candidates_, tuning_.swap_groups) : candidates_;
+        std::int64_t tries = 0;
         std::int64_t examined = 0; // samples of other groups looked at for this (s, size)
         index.walk(costs_.size_index(c2), [&](const auto& e) {
-          const std::int32_t id = e.second;
-          if (++tries > candidates_ || examined >= tuning_.swap_samples)
+          const auto& [neg_headroom, id] = e;
+          if (floor >= best.delta || (same_size && neg_headroom >= best.delta))
             return true;
-          const auto& h = a_.group_at(id);
+          if (++tries > reach || examined >= tuning_.swap_samples)
+            return true;
           const std::int32_t hm = a_.round_of(id);
           if (id == gid || hm == m)
             return false;
+          // at g's size, the lightest sample bounds what g can lose
+          if (same_size && w - lightest(id) <= -best.delta)
+            return false;
+          const auto& h = a_.group_at(id);
           examined += static_cast<std::int64_t>(h.samples.size());
           for (const std::int32_t u : h.samples) {
             const auto uu = static_cast<std::size_t>(u);
             if (pr.min_cp_of[uu] > g.cp)
               continue;
-            const double wu_g = c2 == g.cp ? a_.cost_of(u) : costs_.cost(u, g.cp);
+            const double wu_g = same_size ? a_.cost_of(u) : costs_.cost(u, g.cp);
             const double g_new = g.load - w + wu_g;
             if (g_new >= g.load)
+              continue;
+            const double h_new = h.load - a_.cost_of(u) + ws2;
+            const double delta = std::max(second, g_new) - max_m + rise(hm, h_new);
+            if (delta >= best.delta)
               continue;
             if (g.tokens - ts + costs_.tokens(u, g.cp) > budget ||
                 h.tokens - costs_.tokens(u, c2) + ts2 > budget)
               continue;
-            const double h_new = h.load - a_.cost_of(u) + ws2;
-            const double delta = std::max(second, g_new) - max_m + rise(hm, h_new);
-            if (delta < best.delta)
-              best = change{delta, s, id, -1, 0, 0, u};
+            best = change{delta, s, id, -1, 0, 0, u};
           }
           return false;
         });
@@ -433,6 +273,7 @@ private:
   const balanced_tuning& tuning_;
   std::int32_t candidates_;
   double eps_ = 0;
+  std::vector<double> lightest_; // per group id: `lightest(id)`, or -1 where not known
   // the headroom index: one of the two, chosen by `run`
   round_headroom_index<assignment<Estimator>> rounds_{a_};
   heap_headroom_index<assignment<Estimator>> heaps_{a_};

@@ -200,6 +200,11 @@ struct balanced_tuning {
   //! Swaps: samples of other groups examined per critical sample and size (groups of many tiny
   //! samples made the search quadratic in them).
   std::int64_t swap_samples = 1024;
+  //! Swaps at the critical group's own size: groups walked per sample (at least the search's
+  //! candidates). Such a swap gains in full only where the returning sample is lighter by at
+  //! least the critical group's lead and the other group has the headroom for the difference:
+  //! on balanced rounds those groups lie deep in the headroom order.
+  std::int64_t swap_groups = 64;
   //! The headroom index is a heap from this many groups on, else per-round sets merged as they
   //! are walked (the same order). The sets are filed again only where a group's load changes,
   //! the heap also where its round's maximum moves, and the merge is not slower on any batch
@@ -243,6 +248,7 @@ struct balanced_tuning {
              at_least("wide_candidates", wide_candidates, 1),
              at_least("narrow_candidates", narrow_candidates, 1),
              at_least("swap_samples", swap_samples, 1),
+             at_least("swap_groups", swap_groups, 1),
              at_least("heap_index_groups", heap_index_groups, 0),
              at_least("final_candidates_factor", final_candidates_factor, 1),
              at_least("bisected_limit", bisected_limit, 0),
