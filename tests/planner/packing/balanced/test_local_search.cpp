@@ -32,9 +32,10 @@ dcpp::plan plan_of(const batch& b, const std::vector<std::vector<dcpp::plan_grou
 }
 
 //! Improves `a` and checks the search's promises; returns the step time before.
-double improve_checked(state& a, const batch& b, std::int32_t candidates) {
+double improve_checked(state& a, const batch& b, std::int32_t candidates,
+                       const dcpp::balanced_tuning& tuning = {}) {
   const double before = a.step_time();
-  d::improve(a, dcpp::balanced_tuning{}, candidates);
+  d::improve(a, tuning, candidates);
   check_state(a, b);
   CHECK(a.step_time() <= before);
   return before;
@@ -128,9 +129,7 @@ TEST_CASE("local search: a swap with a group deep in the headroom order") {
   dcpp::balanced_tuning narrow;
   narrow.swap_groups = 1;
   state a = state::from_plan(b.costs, p);
-  const double before = a.step_time();
-  d::improve(a, narrow, 8);
-  check_state(a, b);
+  const double before = improve_checked(a, b, 8, narrow);
   CHECK(a.to_plan("test").microbatches == p.microbatches);
 
   // `swap_groups` (64 by default) reaches it: an L and an S change places
