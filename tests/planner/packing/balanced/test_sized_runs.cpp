@@ -2,13 +2,15 @@
 // thread while another is built, is the run the step gives built and searched in turn; it runs
 // ahead only where the cost table holds every entry, is searched there only where the run in
 // turn is short of the floor, is dropped where the allowance changed, and a run taken from ahead
-// starts none; `next_step` against a plain scan;
+// starts none; a dense batch's loose twin is searched only within `loose_tied_within` of the
+// best plan so far; `next_step` against a plain scan;
 // and balanced's plans are the same with and without the second thread where the tied steps run.
 #include "../../../support.hpp"
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -69,6 +71,8 @@ TEST_CASE("sized_runs: the tied run ahead is the run in turn, searched as in tur
   CHECK(steps[twin].loose_ties);
   int ran_ahead = 0;
   int built_both = 0;
+  int gated = 0;
+  constexpr double inf = std::numeric_limits<double>::infinity();
   for (std::uint64_t seed = 1; seed <= 45; ++seed) {
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
@@ -85,10 +89,22 @@ TEST_CASE("sized_runs: the tied run ahead is the run in turn, searched as in tur
       if (!(a.step_time() <= floor))
         d::improve(a, on, candidates);
     };
-    runs_type ahead(b.costs, sizes, steps, k_min, floor, on);
-    runs_type in_turn(b.costs, sizes, steps, k_min, floor, off);
-    const runs_type::result a1 = ahead.run(first, allowed, twin, search);
-    const runs_type::result b1 = in_turn.run(first, allowed, twin, search);
+    // dense or not; the best plan so far none, or just ahead of the twin's rounds as built, or
+    // further ahead than the loose steps' `loose_tied_within` (a dense batch's twin unsearched)
+    const bool dense = seed % 3 != 0;
+    runs_type probe(b.costs, sizes, steps, k_min, floor, off, dense);
+    const std::optional<state> twin_built =
+        probe.run(twin, second_allowed, steps.size(), inf, search).built;
+    const double best = twin_built && seed % 7 != 3
+                            ? twin_built->step_time() / ((seed / 2) % 2 == 0 ? 1.01 : 1.05)
+                            : inf;
+    runs_type ahead(b.costs, sizes, steps, k_min, floor, on, dense);
+    runs_type in_turn(b.costs, sizes, steps, k_min, floor, off, dense);
+    // the limits: the exact step none, its loose twin `loose_tied_within` on dense batches
+    CHECK(ahead.limit(first, best) == inf);
+    CHECK(ahead.limit(twin, best) == (dense ? on.loose_tied_within * best : inf));
+    const runs_type::result a1 = ahead.run(first, allowed, twin, best, search);
+    const runs_type::result b1 = in_turn.run(first, allowed, twin, best, search);
     check_same(a1.built, b1.built);
     CHECK_FALSE(a1.searched.has_value());
     if (a1.built)
@@ -99,8 +115,8 @@ TEST_CASE("sized_runs: the tied run ahead is the run in turn, searched as in tur
     CHECK(ahead.ahead_of(twin, allowed) == (t == tabulation::table));
     CHECK_FALSE(in_turn.ahead_of(twin, allowed));
     ran_ahead += ahead.ahead_of(twin, allowed) && second_allowed == allowed ? 1 : 0;
-    const runs_type::result a2 = ahead.run(twin, second_allowed, steps.size(), search);
-    const runs_type::result b2 = in_turn.run(twin, second_allowed, steps.size(), search);
+    const runs_type::result a2 = ahead.run(twin, second_allowed, steps.size(), best, search);
+    const runs_type::result b2 = in_turn.run(twin, second_allowed, steps.size(), best, search);
     // taken (or dropped for the other allowance), and a run taken from ahead starts none
     for (std::size_t i = 0; i < steps.size(); ++i) {
       CHECK_FALSE(ahead.ahead_of(i, allowed));
@@ -109,9 +125,14 @@ TEST_CASE("sized_runs: the tied run ahead is the run in turn, searched as in tur
     check_same(a2.built, b2.built);
     CHECK_FALSE(b2.searched.has_value());
     built_both += a1.built && a2.built ? 1 : 0;
+    check_same(b2.built, twin_built);
+    const bool within = b2.built && b2.built->step_time() <= ahead.limit(twin, best);
     const bool searched_ahead =
-        t == tabulation::table && !at_floor && second_allowed == allowed && b2.built;
+        t == tabulation::table && !at_floor && second_allowed == allowed && within;
     REQUIRE(a2.searched.has_value() == searched_ahead);
+    gated += t == tabulation::table && !at_floor && second_allowed == allowed && b2.built && !within
+                 ? 1
+                 : 0;
     if (searched_ahead) {
       check_state(*a2.built, b);
       state searched = *b2.built;
@@ -125,6 +146,7 @@ TEST_CASE("sized_runs: the tied run ahead is the run in turn, searched as in tur
   }
   CHECK(ran_ahead >= 8);  // the seeds took runs ahead...
   CHECK(built_both >= 8); // ...and both steps built plans on some
+  CHECK(gated >= 2);      // ...and a dense batch's twin was left unsearched on some
 }
 
 TEST_CASE("balanced: the tied steps plan the same with and without the second thread") {

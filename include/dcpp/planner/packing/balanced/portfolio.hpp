@@ -248,13 +248,13 @@ private:
     }
   }
 
-  //! Sized or tied step i (balanced/sized.hpp; the next tied step ahead), searched within its
-  //! `keep_within` of the best.
+  //! Sized or tied step i (sized.hpp; the next one ahead), searched within its limit.
   void run_sized(std::size_t i) {
+    const double best = have_plan_ ? best_step_ : std::numeric_limits<double>::infinity();
     typename sized_runs<Estimator>::result r =
-        sized_.run(i, allowed_, next_of(i, balanced_construction::tied),
+        sized_.run(i, allowed_, next_of(i, balanced_construction::tied), best,
                    [this](state& b) { improve_unless_at_bound(b); });
-    if (r.built && (!have_plan_ || r.built->step_time() <= steps_[i].keep_within * best_step_))
+    if (r.built && r.built->step_time() <= sized_.limit(i, best))
       consider(*r.built, true, false, &r.searched);
   }
 
@@ -442,7 +442,7 @@ private:
   plan megatron_plan_;
   bool megatron_pending_ = false;
   // the last two: they may have work ahead reading the rest
-  sized_runs<Estimator> sized_{costs_, least_area_, steps_, k_min_, floor_, tuning_};
+  sized_runs<Estimator> sized_{costs_, least_area_, steps_, k_min_, floor_, tuning_, dense_};
   levelled_runs<Estimator> levelled_{costs_, least_area_, steps_, tuning_, dense_};
 };
 

@@ -3,6 +3,7 @@
 // and searched ahead on a second thread while one is searched in turn.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <future>
@@ -33,12 +34,13 @@ public:
   };
 
   //! `k_min`: the fewest rounds that pack (the sized steps' start); `floor`: the step time at
-  //! which a plan ends the portfolio (`balanced_run`'s floor).
+  //! which a plan ends the portfolio (`balanced_run`'s floor); `dense`: the batch is dense
+  //! (`balanced_tuning::dense`).
   sized_runs(const cost_rows<Estimator>& costs, const sample_sizes& least_area,
              const std::vector<balanced_step>& steps, std::int32_t k_min, double floor,
-             const balanced_tuning& tuning)
+             const balanced_tuning& tuning, bool dense)
       : costs_(costs), least_area_(least_area), steps_(steps), k_min_(k_min), floor_(floor),
-        tuning_(tuning) {}
+        tuning_(tuning), dense_(dense) {}
 
   //! Step i's run within `allowed` rounds: taken where it ran ahead with that allowance, built
   //! here otherwise. Where it is built here, step `next` (the number of steps: none) is built
@@ -46,27 +48,38 @@ public:
   //! every entry (the estimator is never called from the second thread); it is also searched
   //! there by `search(state&)`, the portfolio's own search, which must read only what stays as
   //! it is while the steps run, once step i's run is known short of the floor (at it the steps
-  //! end, and the portfolio would wait for a search it drops). The run taken from ahead starts
-  //! none: one pair at a time, each on its own thread.
+  //! end, and the portfolio would wait for a search it drops) and where within `limit(next,
+  //! best)`, `best` the best plan's step time so far (that only falls until the step is taken:
+  //! no search the portfolio uses is left out). The run taken from ahead starts none: one pair
+  //! at a time, each on its own thread.
   template <class Search>
-  [[nodiscard]] result run(std::size_t i, std::size_t allowed, std::size_t next,
+  [[nodiscard]] result run(std::size_t i, std::size_t allowed, std::size_t next, double best,
                            const Search& search) {
     if (std::optional<result> r = ahead_.take(key(i, allowed)))
       return std::move(*r);
     std::promise<bool> search_next; // unset where building step i throws: the next one is not
-    if (tuning_.parallel_levelled && next < steps_.size() && costs_.tabulated())
+    if (tuning_.parallel_levelled && next < steps_.size() && costs_.tabulated()) {
+      const double gate = limit(next, best);
       ahead_.start(key(next, allowed),
-                   [this, next, allowed, search, go = search_next.get_future()]() mutable {
+                   [this, next, allowed, gate, search, go = search_next.get_future()]() mutable {
                      result r{build(next, allowed), std::nullopt};
-                     if (r.built && go.get()) {
+                     if (r.built && go.get() && r.built->step_time() <= gate) {
                        r.searched = r.built;
                        search(*r.searched);
                      }
                      return r;
                    });
+    }
     result in_turn{build(i, allowed), std::nullopt};
     search_next.set_value(!(in_turn.built && in_turn.built->step_time() <= floor_));
     return in_turn;
+  }
+
+  //! The step time up to which step j's run is searched, the best plan's being `best`: within
+  //! its `keep_within`, and on dense batches its `dense_keep_within`.
+  [[nodiscard]] double limit(std::size_t j, double best) const noexcept {
+    const balanced_step& st = steps_[j];
+    return (dense_ ? std::min(st.keep_within, st.dense_keep_within) : st.keep_within) * best;
   }
 
   //! Whether step i's run within `allowed` rounds is under way ahead, or done and not taken.
@@ -92,6 +105,7 @@ private:
   const std::int32_t k_min_;
   const double floor_;
   const balanced_tuning& tuning_;
+  const bool dense_;
   ahead<result> ahead_; // last: destroyed first, it waits for work that reads the rest
 };
 

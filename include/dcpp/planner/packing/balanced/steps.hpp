@@ -45,6 +45,8 @@ struct balanced_step {
   //! For a sized or tied step: its plan is searched and kept only within this factor of the
   //! best plan so far.
   double keep_within = std::numeric_limits<double>::infinity();
+  //! ...and on dense batches (`balanced_tuning::dense`) within this one too.
+  double dense_keep_within = std::numeric_limits<double>::infinity();
   //! Only on dense batches (`balanced_tuning::dense`), raising up to `far_raise_area` there as
   //! the first levelled run does.
   bool dense = false;
@@ -80,6 +82,8 @@ struct balanced_step {
                          .reach = wide,
                          .second = true,
                          .gap = gap,
+                         .dense_keep_within =
+                             loose ? t.loose_tied_within : std::numeric_limits<double>::infinity(),
                          .tie_raises = raises,
                          .loose_ties = loose};
   };

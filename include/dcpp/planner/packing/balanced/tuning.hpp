@@ -65,6 +65,10 @@ struct balanced_tuning {
   //! ...and for the last two tied steps, within this one: where a cost prices the ring's
   //! exchange as not quite hidden, or a fit's noise parts sizes that tie, they tie no more.
   double loose_tie_area = 1.02;
+  //! ...those loose steps searched on dense batches (`dense`) only where their rounds are within
+  //! this factor of the best plan so far (where a step runs ahead: the best at its start): from
+  //! further behind their search is the portfolio's longest there and has not caught up.
+  double loose_tied_within = 1.02;
   //! The chunked construction below here: a whole packing per class, its plan rarely wins there.
   std::int64_t chunked_limit = (std::int64_t{1} << 18) - 1;
   //! ... and only where the best plan so far is more than this share above the lower bound.
@@ -273,6 +277,7 @@ struct balanced_tuning {
              within("sized_within", sized_within, 1, big),
              within("tie_area", tie_area, 1, big),
              within("loose_tie_area", loose_tie_area, 1, big),
+             within("loose_tied_within", loose_tied_within, 1, big),
              within("megatron_improve_within", megatron_improve_within, 1, big),
              within("megatron_samples_per_rank", megatron_samples_per_rank, 0, big),
              within("aligned_megatron_samples_per_rank", aligned_megatron_samples_per_rank, 0, big),
