@@ -318,4 +318,18 @@ void drop_empty_rounds(assignment<Estimator>& a, const cost_rows<Estimator>& cos
   a = assignment<Estimator>::from_plan(costs, p);
 }
 
+//! The same on plan `p` of step time `step` (where the tile exchange left a round empty), both
+//! updated; nothing where no round is empty.
+template <class Estimator>
+void drop_empty_rounds(plan& p, double& step, const cost_rows<Estimator>& costs,
+                       std::int32_t multiple, std::string_view policy) {
+  if (std::ranges::none_of(p.microbatches,
+                           [](const plan_microbatch& mb) { return mb.groups.empty(); }))
+    return;
+  assignment<Estimator> a = assignment<Estimator>::from_plan(costs, p);
+  drop_empty_rounds(a, costs, multiple, policy);
+  step = a.step_time();
+  p = a.to_plan(policy);
+}
+
 } // namespace dcpp::detail

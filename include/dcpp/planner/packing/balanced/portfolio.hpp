@@ -35,6 +35,7 @@
 #include "dcpp/planner/packing/balanced/tuning.hpp"
 #include "dcpp/planner/packing/megatron_greedy.hpp"
 #include "dcpp/planner/packing/static_cp.hpp"
+#include "dcpp/planner/util/ahead.hpp"
 
 namespace dcpp {
 
@@ -66,29 +67,33 @@ public:
         with_megatron_(size_ <= tuning_.megatron_limit), steps_(balanced_steps(tuning_)) {}
 
   //! The steps, then the passes after them (`finish`). The second list of steps runs after the
-  //! first; where its plan is the best, the passes also run from the first list's best, and the
-  //! faster result is kept (the first's on a tie): the passes may gain less from the second's
-  //! plan than from the one it beat, and the second list must never make the plan slower.
+  //! first; where its plan is the best, the passes also run from the first list's best (beside
+  //! them on a second thread where `passes_beside`), and the faster result is kept (the first's
+  //! on a tie): the passes may gain less from the second's plan than from the one it beat, and
+  //! the second list must never make the plan slower.
   plan run() {
     start_with_megatron();
     levelled_.count([this](std::size_t i) { return runs(i); });
     run_steps(false);
-    if (std::ranges::none_of(std::views::iota(std::size_t{0}, steps_.size()),
-                             [this](std::size_t i) { return steps_[i].second && runs(i); })) {
-      finish(); // no second list: nothing to compare, the first's plan is not copied
+    std::optional<std::tuple<plan, double, bool, std::size_t, bool>> first; // copied for a second
+    if (std::ranges::any_of(std::views::iota(std::size_t{0}, steps_.size()),
+                            [this](std::size_t i) { return steps_[i].second && runs(i); }))
+      first.emplace(best_, best_step_, have_plan_, allowed_, megatron_pending_);
+    run_steps(true);
+    if (!first || best_step_ == std::get<1>(*first)) {
+      finish();
       return std::move(best_);
     }
-    const auto first = std::tuple(best_, best_step_, have_plan_, allowed_, megatron_pending_);
-    run_steps(true);
-    const bool second_won = best_step_ != std::get<1>(first);
+    balanced_run other(policy_, pr_, estimator_, exchange_); // the first list's best
+    std::tie(other.best_, other.best_step_, other.have_plan_, other.allowed_,
+             other.megatron_pending_) = std::move(*first);
+    other.megatron_plan_ = megatron_plan_;
+    ahead<bool> beside; // last: destroyed first, it waits for `other`
+    if (!(passes_beside() && beside.start(0, [&other] { return other.finish(), true; })))
+      other.finish();
     finish();
-    if (!second_won)
-      return std::move(best_);
-    plan second = std::move(best_);
-    const double second_step = best_step_;
-    std::tie(best_, best_step_, have_plan_, allowed_, megatron_pending_) = first;
-    finish();
-    return second_step < best_step_ ? std::move(second) : std::move(best_);
+    beside.take(0);
+    return best_step_ < other.best_step_ ? std::move(best_) : std::move(other.best_);
   }
 
 private:
@@ -109,9 +114,14 @@ private:
     grow_into_idle_ranks();
     megatron_with_few_samples();
     aligned_in_contiguous();
-    // Last, the exchange once more: nothing runs after it, so that it only ever makes the plan
-    // faster.
-    exchange_best();
+    exchange_best(); // last, once more: nothing runs after it, so it only makes the plan faster
+  }
+
+  //! Whether the passes may run on a second thread: there they never call the estimator (every
+  //! cost in the table, aligned groups, no megatron plan for few samples).
+  [[nodiscard]] bool passes_beside() const {
+    return tuning_.parallel_levelled && costs_.tabulated() &&
+           o_.group_topology == topology::aligned && !few_samples();
   }
 
   const bucket_list& buckets() {
@@ -290,16 +300,9 @@ private:
 
   //! At the fewest rounds that pack, with the CP sizes raised toward the per-rank target.
   void run_targeted() {
-    for (std::int32_t k = k_min_; static_cast<std::size_t>(k) <= allowed_;
-         k += o_.microbatch_multiple) {
-      sample_sizes sizes = least_area_;
-      const double target = raise_toward_target(sizes, costs_, k, tuning_);
-      const std::vector<std::int32_t> order = placement_order(buckets(), sizes);
-      if (auto a = targeted(costs_, std::move(sizes), target, k, order, tuning_)) {
-        consider(*a);
-        return;
-      }
-    }
+    if (auto a = targeted_at_fewest(costs_, least_area_, k_min_, allowed_, o_.microbatch_multiple,
+                                    buckets(), tuning_))
+      consider(*a);
   }
 
   //! Each class's rounds as the gap term deals them (bounds/gap.hpp), the others packed again,
@@ -351,17 +354,9 @@ private:
     if (!exchange_ || !have_plan_ || at_bound() || tuning_.tile_exchange_sweeps == 0 ||
         best_.microbatches.size() < 2)
       return;
-    const std::optional<double> step =
-        exchange_plan_tiles(best_, best_step_, costs_, o_.world_size, tuning_);
-    if (!step)
-      return;
-    best_step_ = *step;
-    if (std::ranges::any_of(best_.microbatches,
-                            [](const plan_microbatch& mb) { return mb.groups.empty(); })) {
-      state a = state::from_plan(costs_, best_); // a round left empty costs its overhead
-      detail::drop_empty_rounds(a, costs_, o_.microbatch_multiple, name);
-      best_step_ = a.step_time();
-      best_ = a.to_plan(name);
+    if (const auto step = exchange_plan_tiles(best_, best_step_, costs_, o_.world_size, tuning_)) {
+      best_step_ = *step; // a round left empty costs its overhead: dropped
+      detail::drop_empty_rounds(best_, best_step_, costs_, o_.microbatch_multiple, name);
     }
   }
 
@@ -390,11 +385,16 @@ private:
     }
   }
 
-  //! Past the megatron limit with few samples per rank: the megatron plan as it is.
+  //! Past the megatron limit with few samples per rank (where selected) the megatron plan...
+  [[nodiscard]] bool few_samples() const {
+    return !with_megatron_ && policy_.selected(balanced_construction::megatron) &&
+           static_cast<double>(costs_.samples()) <=
+               tuning_.megatron_share(o_.group_topology) * static_cast<double>(o_.world_size);
+  }
+
+  //! ...competes as it is.
   void megatron_with_few_samples() {
-    if (!with_megatron_ && policy_.selected(balanced_construction::megatron) && !at_bound() &&
-        static_cast<double>(costs_.samples()) <=
-            tuning_.megatron_share(o_.group_topology) * static_cast<double>(o_.world_size)) {
+    if (few_samples() && !at_bound()) {
       state a = state::from_plan(costs_, megatron_pack());
       keep_if_faster(a, false);
     }

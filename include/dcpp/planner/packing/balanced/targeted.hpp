@@ -2,6 +2,7 @@
 // one by one in the bucketing policy's order where they raise the step time least.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -129,6 +130,24 @@ targeted(const cost_rows<Estimator>& costs, sample_sizes sizes, double target, s
     add(best_id, s);
   }
   return a;
+}
+
+//! The targeted construction at the fewest rounds that pack: from `k_min` rounds up in steps of
+//! `multiple`, within `allowed`, the sizes of least area raised toward the per-rank target of
+//! that count (`raise_toward_target`), placed in `placement_order`; nothing where no count packs.
+template <class Estimator>
+[[nodiscard]] std::optional<assignment<Estimator>>
+targeted_at_fewest(const cost_rows<Estimator>& costs, const sample_sizes& least_area,
+                   std::int32_t k_min, std::size_t allowed, std::int32_t multiple,
+                   const bucket_list& buckets, const balanced_tuning& tuning) {
+  for (std::int32_t k = k_min; static_cast<std::size_t>(k) <= allowed; k += multiple) {
+    sample_sizes sizes = least_area;
+    const double target = raise_toward_target(sizes, costs, k, tuning);
+    const std::vector<std::int32_t> order = placement_order(buckets, sizes);
+    if (auto a = targeted(costs, std::move(sizes), target, k, order, tuning))
+      return a;
+  }
+  return std::nullopt;
 }
 
 } // namespace dcpp::detail

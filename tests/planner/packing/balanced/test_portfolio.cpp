@@ -1,0 +1,69 @@
+// Tests for balanced/portfolio.hpp's run: where the second list's plan wins, the passes from the
+// first list's best run beside the passes from it on a second thread (aligned groups, every cost
+// in the table), in turn otherwise; either way the plan is the one the portfolio makes without
+// the thread, and no slower than the plan without the second list.
+#include "../../../support.hpp"
+
+#include <cstdint>
+#include <tuple>
+#include <vector>
+
+#include "dcpp/dcpp.hpp"
+#include "parts.hpp"
+#include "planner_regimes.hpp"
+
+namespace {
+using namespace dcpp_test::balanced_parts;
+
+struct outcome {
+  dcpp::plan with_thread;
+  dcpp::plan without_thread;
+  dcpp::plan first_list_only;
+};
+
+outcome plan_three_ways(dcpp::plan_options o, const std::vector<std::int64_t>& lengths) {
+  dcpp::balanced without;
+  without.tuning.parallel_levelled = false;
+  dcpp::balanced first_only;
+  first_only.tuning.second_list = false;
+  const estimator cost = two_tier();
+  return {dcpp::planner(o, cost, dcpp::balanced{}).make_plan(lengths),
+          dcpp::planner(o, cost, without).make_plan(lengths),
+          dcpp::planner(o, cost, first_only).make_plan(lengths)};
+}
+
+} // namespace
+
+TEST_CASE("balanced: the passes from the first list's best run beside, to the same plan") {
+  // a ProLong-like mix on a tight budget (contiguous groups too: the passes in turn) and the
+  // regimes' dense batch (16 samples per rank on 1,024 ranks): the second list's plans win on
+  // both, so the passes run from both lists' best plans
+  dcpp::plan_options prolong;
+  prolong.world_size = 128;
+  prolong.max_tokens_per_rank = 16384;
+  const std::vector<std::int64_t> prolong_lengths =
+      lognormal_lengths({128, 2048, 16384, 2300, 1.0}, prolong, 1);
+  const dcpp_bench::planner_case dense = dcpp_bench::regime_cases(1)[1];
+  REQUIRE(dense.name == "dense16/1024/s1");
+  int second_won = 0;
+  for (const auto& [o, lengths, t] :
+       {std::tuple{prolong, prolong_lengths, dcpp::topology::aligned},
+        std::tuple{prolong, prolong_lengths, dcpp::topology::contiguous},
+        std::tuple{dense.options, dense.lengths, dcpp::topology::aligned}}) {
+    CAPTURE(o.world_size);
+    CAPTURE(dcpp::to_string(t));
+    dcpp::plan_options in = o;
+    in.group_topology = t;
+    const outcome r = plan_three_ways(in, lengths);
+    CHECK(r.with_thread.microbatches == r.without_thread.microbatches);
+    CHECK(r.with_thread.metrics.estimated_step_time ==
+          r.without_thread.metrics.estimated_step_time);
+    CHECK(r.with_thread.metrics.estimated_step_time <=
+          r.first_list_only.metrics.estimated_step_time);
+    second_won +=
+        r.with_thread.metrics.estimated_step_time < r.first_list_only.metrics.estimated_step_time
+            ? 1
+            : 0;
+  }
+  CHECK(second_won == 3); // the second list's plan won, and the passes ran from both
+}
