@@ -1,7 +1,8 @@
 // Tests for balanced/portfolio.hpp's run: where the second list's plan wins, the passes from the
-// first list's best run beside the passes from it on a second thread (aligned groups, every cost
-// in the table), in turn otherwise; either way the plan is the one the portfolio makes without
-// the thread, and no slower than the plan without the second list.
+// first list's best run beside the passes from it on a second thread (past
+// `passes_beside_above`, aligned groups, every cost in the table), in turn otherwise; either way
+// the plan is the one the portfolio makes without the thread, and no slower than the plan
+// without the second list.
 #include "../../../support.hpp"
 
 #include <cstdint>
@@ -16,28 +17,38 @@ namespace {
 using namespace dcpp_test::balanced_parts;
 
 struct outcome {
-  dcpp::plan with_thread;
+  dcpp::plan by_default;
+  dcpp::plan beside; // the passes beside at every size
   dcpp::plan without_thread;
   dcpp::plan first_list_only;
 };
 
-outcome plan_three_ways(dcpp::plan_options o, const std::vector<std::int64_t>& lengths) {
+outcome plan_four_ways(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths) {
+  dcpp::balanced beside;
+  beside.tuning.passes_beside_above = -1;
   dcpp::balanced without;
   without.tuning.parallel_levelled = false;
   dcpp::balanced first_only;
   first_only.tuning.second_list = false;
   const estimator cost = two_tier();
   return {dcpp::planner(o, cost, dcpp::balanced{}).make_plan(lengths),
+          dcpp::planner(o, cost, beside).make_plan(lengths),
           dcpp::planner(o, cost, without).make_plan(lengths),
           dcpp::planner(o, cost, first_only).make_plan(lengths)};
+}
+
+void check_same(const dcpp::plan& p, const dcpp::plan& q) {
+  CHECK(p.microbatches == q.microbatches);
+  CHECK(p.metrics.estimated_step_time == q.metrics.estimated_step_time);
 }
 
 } // namespace
 
 TEST_CASE("balanced: the passes from the first list's best run beside, to the same plan") {
-  // a ProLong-like mix on a tight budget (contiguous groups too: the passes in turn) and the
-  // regimes' dense batch (16 samples per rank on 1,024 ranks): the second list's plans win on
-  // both, so the passes run from both lists' best plans
+  // a ProLong-like mix on a tight budget (below `passes_beside_above`: beside only where forced;
+  // contiguous groups: in turn) and the regimes' dense batch (16 samples per rank on 1,024
+  // ranks, beside by default): the second list's plans win on both, so the passes run from both
+  // lists' best plans
   dcpp::plan_options prolong;
   prolong.world_size = 128;
   prolong.max_tokens_per_rank = 16384;
@@ -54,14 +65,13 @@ TEST_CASE("balanced: the passes from the first list's best run beside, to the sa
     CAPTURE(dcpp::to_string(t));
     dcpp::plan_options in = o;
     in.group_topology = t;
-    const outcome r = plan_three_ways(in, lengths);
-    CHECK(r.with_thread.microbatches == r.without_thread.microbatches);
-    CHECK(r.with_thread.metrics.estimated_step_time ==
-          r.without_thread.metrics.estimated_step_time);
-    CHECK(r.with_thread.metrics.estimated_step_time <=
+    const outcome r = plan_four_ways(in, lengths);
+    check_same(r.by_default, r.without_thread);
+    check_same(r.beside, r.without_thread);
+    CHECK(r.by_default.metrics.estimated_step_time <=
           r.first_list_only.metrics.estimated_step_time);
     second_won +=
-        r.with_thread.metrics.estimated_step_time < r.first_list_only.metrics.estimated_step_time
+        r.by_default.metrics.estimated_step_time < r.first_list_only.metrics.estimated_step_time
             ? 1
             : 0;
   }

@@ -117,10 +117,10 @@ private:
     exchange_best(); // last, once more: nothing runs after it, so it only makes the plan faster
   }
 
-  //! Whether the passes may run on a second thread: there they never call the estimator (every
-  //! cost in the table, aligned groups, no megatron plan for few samples).
+  //! Whether the passes run on a second thread: past `passes_beside_above`, where there they
+  //! never call the estimator (every cost in the table, aligned groups, no megatron plan).
   [[nodiscard]] bool passes_beside() const {
-    return tuning_.parallel_levelled && costs_.tabulated() &&
+    return tuning_.parallel_levelled && size_ > tuning_.passes_beside_above && costs_.tabulated() &&
            o_.group_topology == topology::aligned && !few_samples();
   }
 

@@ -120,6 +120,10 @@ struct balanced_tuning {
   //! That run without rides is built and searched on a second thread while the run with rides
   //! runs, and so is each tied step's twin (the same plans; only with a full cost table).
   bool parallel_levelled = true;
+  //! With it, past here (samples x ranks) the passes from the first list's best, where the
+  //! second list's plan won, run on that thread beside the passes from the second's: below,
+  //! they end sooner than the thread starts and joins (4,096 SFT samples on 64 ranks).
+  std::int64_t passes_beside_above = std::int64_t{1} << 22;
   //! A ride costs the rider at most this factor of its area (a wide ring's latency).
   double ride_area = 2.0;
   //! Third variant: a sample above this share of its round's level joins no group (0: none).
