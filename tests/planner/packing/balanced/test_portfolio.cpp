@@ -6,10 +6,11 @@
 #include "../../../support.hpp"
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <thread>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "dcpp/dcpp.hpp"
@@ -26,18 +27,56 @@ struct outcome {
   dcpp::plan first_list_only;
 };
 
+//! A batch: its options (aligned groups) and lengths.
+struct batch_case {
+  dcpp::plan_options options;
+  std::vector<std::int64_t> lengths;
+};
+
+//! A lognormal batch of `samples` with a median of 2,300 tokens on `world` ranks at 16K tokens
+//! per rank: the ProLong-like mix (2,048 on 128), or a smaller one.
+batch_case prolong_like(std::int32_t world, std::size_t samples) {
+  batch_case c;
+  c.options.world_size = world;
+  c.options.max_tokens_per_rank = 16384;
+  c.lengths = lognormal_lengths({world, samples, 16384, 2300, 1.0}, c.options, 1);
+  return c;
+}
+
+//! The regimes' dense batch: 16 samples per rank on 1,024 ranks, seed 1.
+batch_case dense16() {
+  const dcpp_bench::planner_case c = dcpp_bench::regime_cases(1)[1];
+  REQUIRE(c.name == "dense16/1024/s1");
+  return {c.options, c.lengths};
+}
+
+//! `c` in topology `t`.
+dcpp::plan_options in_topology(const batch_case& c, dcpp::topology t) {
+  dcpp::plan_options o = c.options;
+  o.group_topology = t;
+  return o;
+}
+
+//! balanced with the passes beside at every size, and without the second list.
+dcpp::balanced passes_always_beside() {
+  dcpp::balanced p;
+  p.tuning.passes_beside_above = -1;
+  return p;
+}
+dcpp::balanced first_list_only() {
+  dcpp::balanced p;
+  p.tuning.second_list = false;
+  return p;
+}
+
 outcome plan_four_ways(const dcpp::plan_options& o, const std::vector<std::int64_t>& lengths) {
-  dcpp::balanced beside;
-  beside.tuning.passes_beside_above = -1;
   dcpp::balanced without;
   without.tuning.parallel_levelled = false;
-  dcpp::balanced first_only;
-  first_only.tuning.second_list = false;
   const estimator cost = two_tier();
   return {dcpp::planner(o, cost, dcpp::balanced{}).make_plan(lengths),
-          dcpp::planner(o, cost, beside).make_plan(lengths),
+          dcpp::planner(o, cost, passes_always_beside()).make_plan(lengths),
           dcpp::planner(o, cost, without).make_plan(lengths),
-          dcpp::planner(o, cost, first_only).make_plan(lengths)};
+          dcpp::planner(o, cost, first_list_only()).make_plan(lengths)};
 }
 
 void check_same(const dcpp::plan& p, const dcpp::plan& q) {
@@ -66,33 +105,19 @@ TEST_CASE("balanced: the passes beside never call the estimator from their threa
   // the regimes' dense batch, the passes beside by default; the ProLong-like mix with them
   // forced, aligned; and a smaller batch of the same mix on 64 contiguous ranks (its costs in
   // the table), where they run in turn: there the run on the aligned sizes calls the estimator
-  const dcpp_bench::planner_case dense = dcpp_bench::regime_cases(1)[1];
-  REQUIRE(dense.name == "dense16/1024/s1");
-  dcpp::plan_options prolong;
-  prolong.world_size = 128;
-  prolong.max_tokens_per_rank = 16384;
-  const std::vector<std::int64_t> prolong_lengths =
-      lognormal_lengths({128, 2048, 16384, 2300, 1.0}, prolong, 1);
-  dcpp::plan_options small;
-  small.world_size = 64;
-  small.max_tokens_per_rank = 16384;
-  const std::vector<std::int64_t> small_lengths =
-      lognormal_lengths({64, 256, 16384, 2300, 1.0}, small, 1);
-  for (const auto& [o, lengths, t] :
-       {std::tuple{dense.options, dense.lengths, dcpp::topology::aligned},
-        std::tuple{prolong, prolong_lengths, dcpp::topology::aligned},
-        std::tuple{small, small_lengths, dcpp::topology::contiguous}}) {
-    CAPTURE(o.world_size);
+  const batch_case dense = dense16();
+  const batch_case prolong = prolong_like(128, 2048);
+  const batch_case small = prolong_like(64, 256);
+  for (const auto& [c, t] :
+       {std::pair{&dense, dcpp::topology::aligned}, std::pair{&prolong, dcpp::topology::aligned},
+        std::pair{&small, dcpp::topology::contiguous}}) {
+    CAPTURE(c->options.world_size);
     CAPTURE(dcpp::to_string(t));
-    dcpp::plan_options in = o;
-    in.group_topology = t;
-    dcpp::balanced beside;
-    beside.tuning.passes_beside_above = -1;
-    dcpp::balanced first_only;
-    first_only.tuning.second_list = false;
+    const dcpp::plan_options in = in_topology(*c, t);
+    const std::vector<std::int64_t>& lengths = c->lengths;
     const watched_cost cost;
-    const dcpp::plan p = dcpp::planner(in, cost, beside).make_plan(lengths);
-    const dcpp::plan q = dcpp::planner(in, cost, first_only).make_plan(lengths);
+    const dcpp::plan p = dcpp::planner(in, cost, passes_always_beside()).make_plan(lengths);
+    const dcpp::plan q = dcpp::planner(in, cost, first_list_only()).make_plan(lengths);
     CHECK(p.metrics.estimated_step_time < q.metrics.estimated_step_time); // the second list won
     CHECK(*cost.calls > 0);
     CHECK(*cost.elsewhere == 0);
@@ -104,22 +129,16 @@ TEST_CASE("balanced: the passes from the first list's best run beside, to the sa
   // contiguous groups: in turn) and the regimes' dense batch (16 samples per rank on 1,024
   // ranks, beside by default): the second list's plans win on both, so the passes run from both
   // lists' best plans
-  dcpp::plan_options prolong;
-  prolong.world_size = 128;
-  prolong.max_tokens_per_rank = 16384;
-  const std::vector<std::int64_t> prolong_lengths =
-      lognormal_lengths({128, 2048, 16384, 2300, 1.0}, prolong, 1);
-  const dcpp_bench::planner_case dense = dcpp_bench::regime_cases(1)[1];
-  REQUIRE(dense.name == "dense16/1024/s1");
+  const batch_case prolong = prolong_like(128, 2048);
+  const batch_case dense = dense16();
   int second_won = 0;
-  for (const auto& [o, lengths, t] :
-       {std::tuple{prolong, prolong_lengths, dcpp::topology::aligned},
-        std::tuple{prolong, prolong_lengths, dcpp::topology::contiguous},
-        std::tuple{dense.options, dense.lengths, dcpp::topology::aligned}}) {
-    CAPTURE(o.world_size);
+  for (const auto& [c, t] : {std::pair{&prolong, dcpp::topology::aligned},
+                             std::pair{&prolong, dcpp::topology::contiguous},
+                             std::pair{&dense, dcpp::topology::aligned}}) {
+    CAPTURE(c->options.world_size);
     CAPTURE(dcpp::to_string(t));
-    dcpp::plan_options in = o;
-    in.group_topology = t;
+    const dcpp::plan_options in = in_topology(*c, t);
+    const std::vector<std::int64_t>& lengths = c->lengths;
     const outcome r = plan_four_ways(in, lengths);
     check_same(r.by_default, r.without_thread);
     check_same(r.beside, r.without_thread);
