@@ -109,6 +109,19 @@ TEST_CASE("assignment: open, insert, remove and close against a model of the ran
       CHECK(a.free_block(m, 1).has_value() == (busy < 8));
     }
     CHECK(open_groups == static_cast<std::int32_t>(model.size()));
+    // each round's maximum: the largest of its groups' loads summed again from the model (a
+    // removal works it out again only where its group held it); a group's place names it
+    for (std::int32_t m = 0; m < 2; ++m) {
+      double most = 0;
+      a.for_each_group(m, [&](std::int32_t id) {
+        double load = 0;
+        for (const std::int32_t s2 : model[id])
+          load += a.cost_of(s2);
+        most = std::max(most, load);
+        CHECK(a.id_at(m, a.slot_of(id)) == id);
+      });
+      CHECK(a.max_load(m) == most);
+    }
     for (std::size_t s2 = 0; s2 < where.size(); ++s2)
       CHECK(a.group_of(static_cast<std::int32_t>(s2)) == where[s2]);
     // rounds by free ranks: most first, then by round

@@ -117,6 +117,14 @@ public:
   [[nodiscard]] std::int32_t round_of(std::int32_t id) const {
     return where_[static_cast<std::size_t>(id)].first;
   }
+  //! Group id's place in its round's list: the order it was opened in among the round's groups
+  //! (ids ascend with it), and the id at place `slot` of round m (-1: never a group).
+  [[nodiscard]] std::int32_t slot_of(std::int32_t id) const {
+    return where_[static_cast<std::size_t>(id)].second;
+  }
+  [[nodiscard]] std::int32_t id_at(std::int32_t m, std::int32_t slot) const {
+    return ids_[static_cast<std::size_t>(m)][static_cast<std::size_t>(slot)];
+  }
   [[nodiscard]] bool open_group(std::int32_t id) const { return group_at(id).cp > 0; }
   //! Calls f(id) for each open group of round m, in the order they were opened.
   template <class F>
@@ -207,6 +215,7 @@ public:
     const auto us = static_cast<std::size_t>(s);
     g.samples.erase(std::find(g.samples.begin(), g.samples.end(), s));
     g.tokens -= costs_->tokens(s, g.cp);
+    const double before = g.load;
     if (group_of_[us] == id)
       group_of_[us] = -1;
     const auto [m, i] = where_[static_cast<std::size_t>(id)];
@@ -220,7 +229,10 @@ public:
         load += sizes_.cost[static_cast<std::size_t>(t)];
       g.load = load;
     }
-    refresh_max(m);
+    // the costs are >= 0 and rounding is monotone, so the sum without s is at most the sum with
+    // it: below the maximum before, the group leaves it to another, unchanged, group
+    if (before >= max_[static_cast<std::size_t>(m)])
+      refresh_max(m);
   }
 
   //! The plan of this state, each group's samples ascending.

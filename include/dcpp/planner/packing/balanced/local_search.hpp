@@ -12,6 +12,7 @@
 #include "dcpp/planner/packing/balanced/cp_sizes.hpp"
 #include "dcpp/planner/packing/balanced/headroom_index.hpp"
 #include "dcpp/planner/packing/balanced/tuning.hpp"
+#include "dcpp/planner/util/indexed_heap.hpp"
 
 namespace dcpp::detail {
 
@@ -99,14 +100,19 @@ private:
   void refile(std::int32_t id, Index& index) {
     if (static_cast<std::size_t>(id) < lightest_.size())
       lightest_[static_cast<std::size_t>(id)] = -1.0;
-    if (a_.open_group(id))
+    indexed_heap<double>& loads = by_load_[static_cast<std::size_t>(a_.round_of(id))];
+    if (a_.open_group(id)) {
       index.file(costs_.size_index(a_.group_at(id).cp), id);
-    else
+      loads.set(-a_.group_at(id).load, a_.slot_of(id));
+    } else {
       index.drop(id);
+      loads.erase(a_.slot_of(id));
+    }
   }
   template <class Index>
   void index_headroom(Index& index) {
     index.reset(costs_.sizes());
+    by_load_.assign(static_cast<std::size_t>(a_.rounds()), {});
     for (std::int32_t id = 0; id < a_.group_ids(); ++id)
       refile(id, index);
   }
@@ -118,17 +124,17 @@ private:
 
   template <class Index>
   bool improve_round(std::int32_t m, Index& index) {
+    // the critical group: the largest load, the first opened on a tie; `second`: the largest
+    // load of the round's other groups (0: none)
     std::int32_t gid = -1;
     double second = 0;
-    a_.for_each_group(m, [&](std::int32_t id) {
-      const double l = a_.group_at(id).load;
-      if (gid < 0 || l > a_.group_at(gid).load) {
-        if (gid >= 0)
-          second = std::max(second, a_.group_at(gid).load);
-        gid = id;
-      } else {
-        second = std::max(second, l);
+    by_load_[static_cast<std::size_t>(m)].visit(2, [&](const auto& e) {
+      if (gid >= 0) {
+        second = -e.first;
+        return true;
       }
+      gid = a_.id_at(m, e.second);
+      return false;
     });
     if (gid < 0)
       return false;
@@ -274,6 +280,9 @@ private:
   std::int32_t candidates_;
   double eps_ = 0;
   std::vector<double> lightest_; // per group id: `lightest(id)`, or -1 where not known
+  // per round: its open groups by (minus the load, place in the round), which orders them as
+  // (minus the load, id): the first is the round's critical group
+  std::vector<indexed_heap<double>> by_load_;
   // the headroom index: one of the two, chosen by `run`
   round_headroom_index<assignment<Estimator>> rounds_{a_};
   heap_headroom_index<assignment<Estimator>> heaps_{a_};
