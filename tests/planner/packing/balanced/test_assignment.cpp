@@ -69,7 +69,16 @@ TEST_CASE("assignment: open, insert, remove and close against a model of the ran
     const auto us = static_cast<std::size_t>(s);
     if (where[us] >= 0) { // take it out
       const std::int32_t id = where[us];
-      a.remove(id, s);
+      if (r.uniform_int(0, 1) == 0) {
+        a.remove(id, s);
+      } else { // with the largest load of the round's other groups, as the local search knows it
+        double others = 0;
+        a.for_each_group(a.round_of(id), [&](std::int32_t other) {
+          if (other != id)
+            others = std::max(others, a.group_at(other).load);
+        });
+        a.remove(id, s, others);
+      }
       auto& list = model[id];
       list.erase(std::find(list.begin(), list.end(), s));
       where[us] = -1;
@@ -110,7 +119,8 @@ TEST_CASE("assignment: open, insert, remove and close against a model of the ran
     }
     CHECK(open_groups == static_cast<std::int32_t>(model.size()));
     // each round's maximum: the largest of its groups' loads summed again from the model (a
-    // removal works it out again only where its group held it); a group's place names it
+    // removal works it out again only where its group held it, or from the other groups'
+    // largest load); a group's place names it
     for (std::int32_t m = 0; m < 2; ++m) {
       double most = 0;
       a.for_each_group(m, [&](std::int32_t id) {

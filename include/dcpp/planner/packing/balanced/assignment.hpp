@@ -209,8 +209,10 @@ public:
   }
 
   //! Takes sample s out of group id (closed when it empties). s may already sit in another
-  //! group too (a swap in progress): then only id's list, tokens and load change.
-  void remove(std::int32_t id, std::int32_t s) {
+  //! group too (a swap in progress): then only id's list, tokens and load change. `others`,
+  //! where the caller knows it: the largest load of the round's other groups (0: none), from
+  //! which the round's maximum follows without a scan of the round.
+  void remove(std::int32_t id, std::int32_t s, std::optional<double> others = std::nullopt) {
     group& g = mutable_group(id);
     const auto us = static_cast<std::size_t>(s);
     g.samples.erase(std::find(g.samples.begin(), g.samples.end(), s));
@@ -231,7 +233,10 @@ public:
     }
     // the costs are >= 0 and rounding is monotone, so the sum without s is at most the sum with
     // it: below the maximum before, the group leaves it to another, unchanged, group
-    if (before >= max_[static_cast<std::size_t>(m)])
+    double& mx = max_[static_cast<std::size_t>(m)];
+    if (others)
+      mx = g.samples.empty() ? *others : std::max(*others, g.load);
+    else if (before >= mx)
       refresh_max(m);
   }
 

@@ -240,12 +240,14 @@ private:
     }
     if (best.sample < 0)
       return false;
-    apply(gid, best, index);
+    apply(gid, best, second, index);
     return true;
   }
 
+  //! Makes change `c` of critical group `from`, `second` being the largest load of its round's
+  //! other groups.
   template <class Index>
-  void apply(std::int32_t from, const change& c, Index& index) {
+  void apply(std::int32_t from, const change& c, double second, Index& index) {
     const std::int32_t from_round = a_.round_of(from);
     std::int32_t to = c.to_group;
     const std::int32_t to_round = to >= 0 ? a_.round_of(to) : c.to_round;
@@ -255,11 +257,11 @@ private:
       a_.insert(from, c.swap_with);
       a_.insert(to, c.sample);
       a_.remove(to, c.swap_with);
-      a_.remove(from, c.sample);
+      a_.remove(from, c.sample, second); // to is in another round
     } else {
       if (to < 0)
         to = a_.open(c.to_round, c.to_first, c.to_cp);
-      a_.remove(from, c.sample);
+      a_.remove(from, c.sample, second); // before to changes
       a_.insert(to, c.sample);
     }
     refile(from, index);
