@@ -192,10 +192,11 @@ TEST_CASE("raise_toward_target and target_sizes: the rule written out, sizes onl
 }
 
 TEST_CASE("tied_sizes: raised while the next size's area ties, the rule written out") {
-  // by hand: from the least-area size up the ladder while the next size's area is within
-  // a factor (tie_area, or looser) of the current one, at most `raises` times (0: no limit); none
-  // where no sample is raised, or (no limit) none more than once. The default cost ties (the ring
-  // hides behind compute on NVLink) and a slow network does not, so both answers come up.
+  // by hand: from the least-area size up the ladder to each size whose area is within a factor
+  // (tie_area, or looser) of the current one, passing the others, at most `raises` times (0: no
+  // limit); none where no sample is raised, or (no limit) none more than once. The default cost
+  // ties (the ring hides behind compute on NVLink) and a slow network does not, so both answers
+  // come up.
   const dcpp::balanced_tuning tuning;
   int some = 0, none = 0;
   for (std::uint64_t seed = 1; seed <= 60; ++seed) {
@@ -220,9 +221,11 @@ TEST_CASE("tied_sizes: raised while the next size's area ties, the rule written 
         for (const std::int32_t cp : ladder_of(b.pr, id)) {
           if (cp <= expected[s])
             continue;
-          const double next = b.costs.cost(id, cp) * cp;
-          if ((raises > 0 && n == raises) || next > tie * area)
+          if (raises > 0 && n == raises)
             break;
+          const double next = b.costs.cost(id, cp) * cp;
+          if (next > tie * area)
+            continue;
           expected[s] = cp;
           area = next;
           ++n;
@@ -244,6 +247,39 @@ TEST_CASE("tied_sizes: raised while the next size's area ties, the rule written 
   }
   CHECK(some > 0);
   CHECK(none > 0);
+}
+
+namespace {
+//! Compute alone, linear in the tokens per rank (every size ties in area), but for a ring that
+//! shows on 2 ranks alone, 1% of the area: a fit's wobble between its knots.
+struct wobbly_cost {
+  [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const {
+    return 1e-6 * static_cast<double>(length) / cp * (cp == 2 ? 1.01 : 1.0);
+  }
+};
+} // namespace
+
+TEST_CASE("tied_sizes: a size that does not tie is passed over, not the end of the climb") {
+  const dcpp::balanced_tuning tuning;
+  const std::vector<std::int64_t> lengths{700, 3000, 12345, 40000, 99};
+  dcpp::problem pr = dcpp::make_problem(options_for(16, 65536), lengths);
+  dcpp::tabulate_costs(pr, wobbly_cost{});
+  const d::cost_rows<wobbly_cost> costs(pr, wobbly_cost{});
+  const d::sample_sizes least = d::least_area_sizes(costs, tuning);
+  CHECK(least.cp == std::vector<std::int32_t>(lengths.size(), 1)); // ties: the smallest
+  // one raise: past 2 (1% more area) to 4, which ties; no limit: up to the largest size, 16
+  const auto once = d::tied_sizes(least, costs, 1, tuning.tie_area);
+  REQUIRE(once);
+  CHECK(once->cp == std::vector<std::int32_t>(lengths.size(), 4));
+  const auto all = d::tied_sizes(least, costs, 0, tuning.tie_area);
+  REQUIRE(all);
+  CHECK(all->cp == std::vector<std::int32_t>(lengths.size(), 16));
+  for (std::size_t s = 0; s < lengths.size(); ++s)
+    CHECK(all->cost[s] == costs.cost(static_cast<std::int32_t>(s), 16));
+  // within 1% the size of 2 ties too: the one raise takes it
+  const auto loose = d::tied_sizes(least, costs, 1, 1.011);
+  REQUIRE(loose);
+  CHECK(loose->cp == std::vector<std::int32_t>(lengths.size(), 2));
 }
 
 TEST_CASE("per_size: a value per size made on first use, found until reset, listed in order") {

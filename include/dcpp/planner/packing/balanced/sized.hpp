@@ -42,13 +42,16 @@ sized(const cost_rows<Estimator>& costs, const sample_sizes& least_area, std::in
   return levelled(costs, std::move(slots), start, rounds_allowed, reach, tuning);
 }
 
-//! `least_area` with each sample raised up its ladder while the next size's rank area is at most
-//! `area` times the area at its size, `raises` times at most (0: no limit). Where the ring's
-//! exchange hides behind compute the sizes tie in area, and the least-area choice takes the
-//! smallest; a larger one halves the sample's time and tokens per rank for the same area, and
-//! its groups hold more samples, which level better under the token budget (a ProLong-like mix
-//! on groups of 2 rather than 1). None where no sample is raised, or (with no limit) none more
-//! than once: that is the run with one raise.
+//! `least_area` with each sample raised up its ladder to each larger size whose rank area is at
+//! most `area` times the area at the size it has, `raises` times at most (0: no limit). Where
+//! the ring's exchange hides behind compute the sizes tie in area, and the least-area choice
+//! takes the smallest; a larger one halves the sample's time and tokens per rank for the same
+//! area, and its groups hold more samples, which level better under the token budget (a
+//! ProLong-like mix on groups of 2 rather than 1). A size that does not tie is passed over, not
+//! the end of the climb: a fitted cost wobbles about the true one between its knots (a ring
+//! just above zero at 4 ranks, at zero again at 8), and a preset's ties only end once the
+//! exchange shows, at every larger size of the tier. None where no sample is raised, or (with
+//! no limit) none more than once: that is the run with one raise.
 template <class Estimator>
 [[nodiscard]] std::optional<sample_sizes> tied_sizes(const sample_sizes& least_area,
                                                      const cost_rows<Estimator>& costs,
@@ -66,7 +69,7 @@ template <class Estimator>
         break;
       const double w = costs.cost(s, c);
       if (!(w * c <= area * sizes.cost[us] * sizes.cp[us]))
-        break;
+        continue;
       sizes.cp[us] = c;
       sizes.cost[us] = w;
       ++raised;
