@@ -80,3 +80,30 @@ TEST_CASE("ahead: the destructor waits for work still running") {
   }
   CHECK(done);
 }
+
+TEST_CASE("gate: work waiting at it starts once it opens, from any thread, any number of times") {
+  using dcpp::detail::gate;
+  gate g;
+  CHECK_FALSE(g.is_open());
+  std::atomic<bool> passed{false};
+  ahead<int> a;
+  REQUIRE(a.start(1, [&] {
+    g.wait();
+    passed = true;
+    return 1;
+  }));
+  std::this_thread::sleep_for(20ms);
+  CHECK_FALSE(passed); // still waiting
+  std::thread opener([&g] { g.open(); });
+  opener.join();
+  CHECK(g.is_open());
+  CHECK(a.take(1) == std::optional<int>(1));
+  CHECK(passed);
+  g.open(); // again: stays open, and a wait returns at once
+  g.wait();
+  CHECK(g.is_open());
+  gate before; // opened before anyone waits
+  before.open();
+  REQUIRE(a.start(2, [&before] { return before.wait(), 2; }));
+  CHECK(a.take(2) == std::optional<int>(2));
+}

@@ -92,6 +92,8 @@ struct balanced_with {
 private:
   template <class, class>
   friend class detail::balanced_run;
+  template <class, class>
+  friend class detail::balanced_state;
 
   //! `pack`; `exchange`: with the tile exchange. The packing of the samples the chunked and
   //! bisected constructions leave goes without it: there it left some plans slower than

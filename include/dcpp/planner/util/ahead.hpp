@@ -1,11 +1,14 @@
 // Work started ahead on a second thread and taken later, in turn, by the thread that started it:
-// the balanced portfolio builds and searches its next levelled run while the one before runs.
+// the balanced portfolio builds and searches its next levelled run while the one before runs;
+// and a gate such work may wait at before it starts.
 // The result is the work's alone, so a plan does not depend on whether it ran ahead; where no
 // thread can be started the caller does the work in turn.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <future>
+#include <mutex>
 #include <optional>
 #include <system_error>
 #include <utility>
@@ -65,6 +68,33 @@ public:
 private:
   std::future<Result> future_;
   std::size_t key_ = 0;
+};
+
+//! A gate that opens once, from any thread; work on a second thread may wait at it, to run
+//! after other work ahead rather than beside it on the same core.
+class gate {
+public:
+  void open() {
+    {
+      const std::lock_guard lock(mutex_);
+      open_ = true;
+    }
+    opened_.notify_all();
+  }
+  //! Returns once the gate is open.
+  void wait() {
+    std::unique_lock lock(mutex_);
+    opened_.wait(lock, [this] { return open_; });
+  }
+  [[nodiscard]] bool is_open() {
+    const std::lock_guard lock(mutex_);
+    return open_;
+  }
+
+private:
+  std::mutex mutex_;
+  std::condition_variable opened_;
+  bool open_ = false;
 };
 
 } // namespace dcpp::detail

@@ -196,9 +196,9 @@ TEST_CASE("tied_sizes: raised while the next size's area ties, the rule written 
   // (tie_area, or looser) of the current one, passing the others, at most `raises` times (0: no
   // limit); none where no sample is raised, or (no limit) none more than once. The default cost
   // ties (the ring hides behind compute on NVLink) and a slow network does not, so both answers
-  // come up.
+  // come up. From any start: samples of one length may start at different sizes.
   const dcpp::balanced_tuning tuning;
-  int some = 0, none = 0;
+  int some = 0, none = 0, rows_apart = 0;
   for (std::uint64_t seed = 1; seed <= 60; ++seed) {
     CAPTURE(seed);
     const random_case c = make_random_case(seed);
@@ -206,7 +206,22 @@ TEST_CASE("tied_sizes: raised while the next size's area ties, the rule written 
     device.network.intra_node.bytes_per_second = seed % 3 == 0 ? 5e9 : 450e9;
     const batch b(c.options, c.lengths, tabulation_for(seed),
                   dcpp::transformer_cost(dcpp::model_presets[0], device));
-    const d::sample_sizes least = d::least_area_sizes(b.costs, tuning);
+    // from the least-area sizes, on odd seeds with every third sample one size up its ladder
+    // where it can go (samples of one length, so of one cost row, then start apart)
+    d::sample_sizes least = d::least_area_sizes(b.costs, tuning);
+    if (seed % 2 == 1)
+      for (std::size_t s = 1; s < least.cp.size(); s += 3)
+        for (const std::int32_t cp : ladder_of(b.pr, static_cast<std::int32_t>(s)))
+          if (cp > least.cp[s]) {
+            least.cp[s] = cp;
+            least.cost[s] = b.costs.cost(static_cast<std::int32_t>(s), cp);
+            break;
+          }
+    for (std::size_t s = 0; s < least.cp.size(); ++s) {
+      const auto row = static_cast<std::size_t>(b.costs.row_of(static_cast<std::int32_t>(s)));
+      const auto first = static_cast<std::size_t>(b.costs.first_sample(row));
+      rows_apart += least.cp[s] != least.cp[first] ? 1 : 0;
+    }
     for (const auto& [raises, tie] :
          {std::pair{1, tuning.tie_area}, std::pair{2, tuning.tie_area},
           std::pair{0, tuning.tie_area}, std::pair{1, 1.05}, std::pair{0, 1.05}}) {
@@ -247,6 +262,7 @@ TEST_CASE("tied_sizes: raised while the next size's area ties, the rule written 
   }
   CHECK(some > 0);
   CHECK(none > 0);
+  CHECK(rows_apart > 0); // samples of one row from different starts
 }
 
 namespace {

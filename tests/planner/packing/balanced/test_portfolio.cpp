@@ -2,7 +2,8 @@
 // first list's best run beside the passes from it on a second thread (past
 // `passes_beside_above`, aligned groups, every cost in the table), in turn otherwise; either way
 // the plan is the one the portfolio makes without the thread, and no slower than the plan
-// without the second list.
+// without the second list. The passes beside start as soon as the first list ends, and where the
+// second list's plan does not win they are the run's own passes.
 #include "../../../support.hpp"
 
 #include <atomic>
@@ -150,4 +151,34 @@ TEST_CASE("balanced: the passes from the first list's best run beside, to the sa
             : 0;
   }
   CHECK(second_won == 3); // the second list's plan won, and the passes ran from both
+}
+
+TEST_CASE("balanced: where the second list's plan does not win, the passes beside are the run's") {
+  // small SFT-like batches with the passes forced beside: they start from the first list's best
+  // as soon as that list ends, and where the second list's plan does not beat it they are the
+  // passes the run keeps (none run on its own thread); the plan is the one made in turn
+  struct sft {
+    std::int32_t world;
+    double median;
+    std::uint64_t seed;
+  };
+  int first_kept = 0;
+  for (const sft c : {sft{32, 600, 1}, sft{32, 2300, 2}, sft{32, 6000, 1}, sft{64, 2300, 2}}) {
+    CAPTURE(c.world);
+    CAPTURE(c.median);
+    CAPTURE(c.seed);
+    const dcpp_test::balanced_parts::lognormal_batch lb{
+        c.world, static_cast<std::size_t>(c.world) * 8, 8192, c.median, 1.0};
+    dcpp::plan_options o;
+    o.world_size = c.world;
+    o.max_tokens_per_rank = 8192;
+    const std::vector<std::int64_t> lengths = lognormal_lengths(lb, o, c.seed);
+    const outcome r = plan_four_ways(o, lengths);
+    check_same(r.beside, r.without_thread);
+    check_same(r.by_default, r.without_thread);
+    first_kept +=
+        r.beside.metrics.estimated_step_time == r.first_list_only.metrics.estimated_step_time ? 1
+                                                                                              : 0;
+  }
+  CHECK(first_kept >= 2); // the first list's passes made the plan on some
 }

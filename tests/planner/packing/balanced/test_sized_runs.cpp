@@ -2,9 +2,9 @@
 // thread while another is built, is the run the step gives built and searched in turn; it runs
 // ahead only where the cost table holds every entry, is searched there only where the run in
 // turn is short of the floor, is dropped where the allowance changed, and a run taken from ahead
-// starts none; a dense batch's loose twin is searched only within `loose_tied_within` of the
-// best plan so far; `next_step` against a plain scan;
-// and balanced's plans are the same with and without the second thread where the tied steps run.
+// starts none, and a gate given opens once that run is done; a dense batch's loose twin is searched
+// only within `loose_tied_within` of the best plan so far; `next_step` against a plain scan; and
+// balanced's plans are the same with and without the second thread where the tied steps run.
 #include "../../../support.hpp"
 
 #include <algorithm>
@@ -100,6 +100,8 @@ TEST_CASE("sized_runs: the tied run ahead is the run in turn, searched as in tur
                             : inf;
     runs_type ahead(b.costs, sizes, steps, k_min, floor, on, dense);
     runs_type in_turn(b.costs, sizes, steps, k_min, floor, off, dense);
+    d::gate after_ahead; // opens once the run ahead is done or taken, closed where none ran
+    ahead.open_when_ahead_done(&after_ahead);
     // the limits: the exact step none, its loose twin `loose_tied_within` on dense batches
     CHECK(ahead.limit(first, best) == inf);
     CHECK(ahead.limit(twin, best) == (dense ? on.loose_tied_within * best : inf));
@@ -123,6 +125,7 @@ TEST_CASE("sized_runs: the tied run ahead is the run in turn, searched as in tur
       CHECK_FALSE(ahead.ahead_of(i, second_allowed));
     }
     check_same(a2.built, b2.built);
+    CHECK(after_ahead.is_open() == (t == tabulation::table));
     CHECK_FALSE(b2.searched.has_value());
     built_both += a1.built && a2.built ? 1 : 0;
     check_same(b2.built, twin_built);

@@ -59,21 +59,42 @@ template <class Estimator>
   const problem& pr = costs.batch();
   sample_sizes sizes = least_area;
   std::int32_t most = 0; // the most raises of any sample
+  // the climb depends on the sample only through its row (length, so costs and ladder) and its
+  // start: worked out once per row and start, kept for the row's next sample with that start
+  struct climb {
+    std::int32_t from_cp = 0; // 0: none yet
+    double from_cost = 0;
+    std::int32_t cp = 0;
+    double cost = 0;
+  };
+  std::vector<climb> by_row(costs.rows());
   for (std::int32_t s = 0; s < costs.samples(); ++s) {
     const auto us = static_cast<std::size_t>(s);
+    const std::int32_t row = costs.row_of(s);
+    climb& known = by_row[static_cast<std::size_t>(row)];
+    if (known.from_cp == sizes.cp[us] && known.from_cost == sizes.cost[us]) {
+      sizes.cp[us] = known.cp;
+      sizes.cost[us] = known.cost;
+      continue;
+    }
+    known.from_cp = sizes.cp[us];
+    known.from_cost = sizes.cost[us];
     std::int32_t raised = 0;
+    const double* table = costs.row_table(static_cast<std::size_t>(row));
     for (const std::int32_t c : ladder(pr, s)) {
       if (c <= sizes.cp[us])
         continue;
       if (raises > 0 && raised == raises)
         break;
-      const double w = costs.cost(s, c);
+      const double w = costs.row_cost(row, table, costs.size_index(c), c);
       if (!(w * c <= area * sizes.cost[us] * sizes.cp[us]))
         continue;
       sizes.cp[us] = c;
       sizes.cost[us] = w;
       ++raised;
     }
+    known.cp = sizes.cp[us];
+    known.cost = sizes.cost[us];
     most = std::max(most, raised);
   }
   if (most == 0 || (raises == 0 && most == 1))

@@ -55,18 +55,23 @@ public:
   template <class Search>
   [[nodiscard]] result run(std::size_t i, std::size_t allowed, std::size_t next, double best,
                            const Search& search) {
+    if (then_open_ != nullptr && ahead_.holds(key(i, allowed)))
+      then_open_->open(); // this thread may now wait: work at the gate runs meanwhile
     if (std::optional<result> r = ahead_.take(key(i, allowed)))
       return std::move(*r);
     std::promise<bool> search_next; // unset where building step i throws: the next one is not
     if (tuning_.parallel_levelled && next < steps_.size() && costs_.tabulated()) {
-      const double gate = limit(next, best);
+      const double within = limit(next, best);
       ahead_.start(key(next, allowed),
-                   [this, next, allowed, gate, search, go = search_next.get_future()]() mutable {
+                   [this, next, allowed, within, search, go = search_next.get_future(),
+                    then = then_open_]() mutable {
                      result r{build(next, allowed), std::nullopt};
-                     if (r.built && go.get() && r.built->step_time() <= gate) {
+                     if (r.built && go.get() && r.built->step_time() <= within) {
                        r.searched = r.built;
                        search(*r.searched);
                      }
+                     if (then != nullptr)
+                       then->open();
                      return r;
                    });
     }
@@ -81,6 +86,10 @@ public:
     const balanced_step& st = steps_[j];
     return (dense_ ? std::min(st.keep_within, st.dense_keep_within) : st.keep_within) * best;
   }
+
+  //! `g` opens when a run started ahead from now on is done, or taken (whoever waits at it runs
+  //! after the run ahead, or beside it while this thread waits for it, not beside both).
+  void open_when_ahead_done(gate* g) noexcept { then_open_ = g; }
 
   //! Whether step i's run within `allowed` rounds is under way ahead, or done and not taken.
   [[nodiscard]] bool ahead_of(std::size_t i, std::size_t allowed) const noexcept {
@@ -106,6 +115,7 @@ private:
   const double floor_;
   const balanced_tuning& tuning_;
   const bool dense_;
+  gate* then_open_ = nullptr;
   ahead<result> ahead_; // last: destroyed first, it waits for work that reads the rest
 };
 
