@@ -447,9 +447,9 @@ int main(int argc, char** argv) {
     const calibrated_cost calibration = dcpp_bench::calibration_of(two_tier);
     const calibration_report& r = calibration.report();
     fmt::print("# balanced, calibrated: planned from a fit to the cost's timings ({} rows at "
-               "lengths 256 to 256K on 1 to 256 ranks; residual rms {:.2f}%, max {:.2f}%), timed "
-               "by the cost\n",
-               r.rows, 100 * r.rms_relative, 100 * r.max_relative);
+               "lengths 256 to 256K on 1 to 256 ranks; residual rms {:.2f}%, max {:.2f}%; the "
+               "ring in the {} form), timed by the cost\n",
+               r.rows, 100 * r.rms_relative, 100 * r.max_relative, r.form);
     run_regimes(cases, two_tier, calibration, times);
   };
   if (regimes || regimes_everywhere) {

@@ -98,14 +98,22 @@ inline dcpp::transformer_cost two_tier_cost() {
 //! A calibration of `truth` as issue 61 measured one: its timings at every power-of-two length
 //! from 256 to 256K on every power-of-two group of 1 to 256 ranks that gives a rank 64 tokens or
 //! more (78 rows), and its micro-batch overhead.
-inline dcpp::calibrated_cost calibration_of(const dcpp::transformer_cost& truth) {
+inline std::vector<dcpp::calibration_row> calibration_rows_of(const dcpp::transformer_cost& truth) {
   std::vector<dcpp::calibration_row> rows;
   for (std::int64_t l = 256; l <= 262144; l *= 2)
     for (std::int32_t cp = 1; cp <= 256; cp *= 2)
       if (l / cp >= 64)
         rows.push_back({l, cp, truth.cost(l, cp), false});
   rows.push_back({0, 0, truth.microbatch_overhead(), true});
-  return dcpp::calibrated_cost::fit(rows, truth.network().gpus_per_node);
+  return rows;
+}
+inline dcpp::calibrated_cost calibration_of(const dcpp::transformer_cost& truth) {
+  return dcpp::calibrated_cost::fit(calibration_rows_of(truth), truth.network().gpus_per_node);
+}
+//! The same calibration's fit in the hinge form alone (as every fit was before the exposure form).
+inline dcpp::calibrated_cost hinge_calibration_of(const dcpp::transformer_cost& truth) {
+  return dcpp::calibrated_cost::fit_hinges(calibration_rows_of(truth),
+                                           truth.network().gpus_per_node);
 }
 
 namespace detail_reference {

@@ -35,9 +35,9 @@ dcpp::named_estimator parse_estimator(const std::string& spec, const dcpp::netwo
     const auto& r = fitted->report();
     fmt::print(info,
                "calibrated: {} coefficients from {} rows ({} GPUs per node); relative residual "
-               "rms {:.2f}%, max {:.2f}% (row {})\n",
+               "rms {:.2f}%, max {:.2f}% (row {}); the ring in the {} form\n",
                r.coefficients, r.rows, fitted->gpus_per_node(), 100 * r.rms_relative,
-               100 * r.max_relative, r.worst_row);
+               100 * r.max_relative, r.worst_row, r.form);
     if (r.envelope_lift > 0)
       fmt::print(info,
                  "calibrated: the fitted formula falls as the length grows; priced by its running "

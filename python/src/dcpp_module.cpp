@@ -564,6 +564,7 @@ NB_MODULE(_dcpp, m) {
                      d["max_relative"] = r.max_relative;
                      d["worst_row"] = r.worst_row;
                      d["envelope_lift"] = r.envelope_lift;
+                     d["form"] = std::string(r.form);
                      return d;
                    })
       .def("cost", [](const calibration& c, std::int64_t length, std::int32_t cp) {

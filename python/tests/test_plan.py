@@ -89,6 +89,7 @@ def test_calibrated_file_plans_like_the_cli(cli, tmp_path):
     assert strip_timing(dcpp.plan(lengths, 16, 8192, estimator=fitted).to_json()) == strip_timing(text)
     assert fitted.microbatch_overhead == pytest.approx(0.001)
     assert fitted.report["rows"] == 31
+    assert fitted.report["form"] == "hinge"  # a latency-only ring: the exposure form has no such shape
 
 
 # ---- inputs --------------------------------------------------------------------------------

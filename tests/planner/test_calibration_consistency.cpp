@@ -36,10 +36,14 @@ std::vector<dcpp::calibration_row> timings_of(const dcpp::transformer_cost& trut
 }
 
 //! `half`: which half of the cases the sanitizer build (DCPP_TESTS_QUICK) plans, 0 or 1 (every
-//! other case), so that its two calls cover every generator once.
-void check_consistency(const dcpp::transformer_cost& truth, std::size_t half) {
-  const dcpp::calibrated_cost fitted =
-      dcpp::calibrated_cost::fit(timings_of(truth), truth.network().gpus_per_node);
+//! other case), so that its two calls cover every generator once. `hinges`: the fit in the hinge
+//! form alone (`fit` keeps the exposure form, which prices these rows exactly).
+void check_consistency(const dcpp::transformer_cost& truth, std::size_t half, bool hinges) {
+  const auto rows = timings_of(truth);
+  const std::int32_t node = truth.network().gpus_per_node;
+  const dcpp::calibrated_cost fitted = hinges ? dcpp::calibrated_cost::fit_hinges(rows, node)
+                                              : dcpp::calibrated_cost::fit(rows, node);
+  CHECK(fitted.report().form == (hinges ? "hinge" : "exposure"));
   MESSAGE(truth.name() << ": fit to " << fitted.report().rows << " rows, relative residual rms "
                        << fitted.report().rms_relative << ", max " << fitted.report().max_relative);
   CHECK(fitted.report().rms_relative < 0.01);
@@ -77,13 +81,13 @@ void check_consistency(const dcpp::transformer_cost& truth, std::size_t half) {
 } // namespace
 
 TEST_CASE("calibration: a fit to a two-tier model's timings plans within 1% of the model") {
-  check_consistency(dcpp::transformer_cost{}, 0); // llama3-8b on h100, 8 GPUs per node
+  check_consistency(dcpp::transformer_cost{}, 0, false); // llama3-8b on h100, 8 GPUs per node
 }
 
-TEST_CASE("calibration: the same on a100 nodes of 4 GPUs with a 70B model") {
+TEST_CASE("calibration: the same on a100 nodes of 4 GPUs with a 70B model, hinge form") {
   dcpp::device_spec a100 = dcpp::transformer_cost::from_preset("llama3-70b@a100")->device();
   a100.network.gpus_per_node = 4;
-  check_consistency(dcpp::transformer_cost(dcpp::model_presets[1], a100), 1);
+  check_consistency(dcpp::transformer_cost(dcpp::model_presets[1], a100), 1, true);
 }
 
 TEST_CASE("calibration: a sparse, noisy calibration still plans close to the model") {

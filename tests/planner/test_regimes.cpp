@@ -226,14 +226,15 @@ TEST_CASE("balanced: the first tied step runs near the lower bound too, and smal
     CHECK(l.without.of_bound > 1 / (1 + dcpp::balanced_tuning{}.second_list_gap));
     CHECK(l.with.step < (1 - 1e-4) * l.without.step);
   }
-  // planned from a calibration of the cost, whose fit parts sizes that tie by a percent: the
-  // loose twin of the first tied step (off when the loose ties are the exact ones) on the
-  // ProLong-like mix (on the 4,096 SFT samples the search now reaches the same plan without it)
+  // planned from the hinge form of a calibration of the cost, whose fit parts sizes that tie by
+  // a percent (the exposure form prices this cost exactly): the loose twin of the first tied
+  // step (off when the loose ties are the exact ones) on the ProLong-like mix (on the 4,096 SFT
+  // samples the search now reaches the same plan without it)
   {
     const auto lengths = dcpp_bench::prolong_like(2048, 1);
     dcpp::balanced exact_only;
     exact_only.tuning.loose_tie_area = exact_only.tuning.tie_area;
-    const dcpp::calibrated_cost fit = dcpp_bench::calibration_of(two_tier);
+    const dcpp::calibrated_cost fit = dcpp_bench::hinge_calibration_of(two_tier);
     const outcome with = planned<dcpp::balanced>(lengths, 128, 16384, fit);
     const outcome without = planned(lengths, 128, 16384, fit, exact_only);
     MESSAGE("calibrated, of bound: balanced " << with.of_bound << ", exact ties only "

@@ -17,8 +17,10 @@
 #include <fmt/format.h>
 
 #include "dcpp/error.hpp"
+#include "dcpp/planner/calibration_hinges.hpp"
 #include "dcpp/planner/calibration_rows.hpp"
 #include "dcpp/planner/estimator.hpp"
+#include "dcpp/planner/exposure_fit.hpp"
 #include "dcpp/planner/network.hpp"
 #include "dcpp/planner/util/householder.hpp"
 
@@ -34,6 +36,12 @@ namespace dcpp {
 //!            quadratic follows the first part, the hinges the bend to zero;
 //!   micro-batch: a fixed cost `m` fitted from micro-batch rows (none without such rows: the
 //!            planner then uses its default, see `microbatch_overhead(problem, estimator)`).
+//! Or, the exposure form: per tier, ring = s * (cp-1) * shape(t), the exchange as
+//! transformer_cost prices it (`exposure_shape`: a forward and a backward step's transfer less
+//! the attention that hides it, while positive) with a fitted latency s and shape. `fit` fits
+//! both forms and keeps the one whose relative residuals are smaller (the exposure form on a
+//! tie: it has fewer coefficients): rows timed from a cost of that form are priced exactly
+//! between the measured points too, where the hinges only interpolate.
 //! `fit` solves the least-squares problem in relative terms (each row divided by its measured
 //! time, so that short and long samples weigh alike) with Householder QR on column-scaled
 //! features. Features that no row exercises (all cp = 1: the ring terms; no group beyond a
@@ -46,69 +54,24 @@ namespace dcpp {
 //! the lengths from 1 up, the least non-decreasing cost at or above it, so a fit of a real
 //! cluster's timings always gives a cost the planner can use; the report says how much that
 //! lifts it (`calibration_report::envelope_lift`).
-class calibrated_cost {
+class calibrated_cost : public detail::hinge_layout {
 public:
-  static constexpr std::size_t knot_count = 25;
-  //! Knots of the ring's hinge, in tokens per rank: a factor 2^(1/4) apart from 512 to 32K.
-  static constexpr std::array<double, knot_count> knots{
-      512,  609,  724,  861,  1024, 1218,  1448,  1722,  2048,  2435,  2896,  3444, 4096,
-      4871, 5793, 6889, 8192, 9742, 11585, 13777, 16384, 19484, 23170, 27554, 32768};
-  static constexpr std::size_t tier_features = 3 + knot_count;
-  static constexpr std::size_t intra_first = 2;
-  static constexpr std::size_t inter_first = intra_first + tier_features;
-  static constexpr std::size_t microbatch_feature = inter_first + tier_features;
-  static constexpr std::size_t feature_count = microbatch_feature + 1;
-  //! A hinge is fitted only where at least this many rows lie beyond its knot: with fewer, a
-  //! hinge fits noise (docs/benchmarks.md, "Calibration", has the measurement).
-  static constexpr std::size_t rows_per_hinge = 8;
-  //! The name of feature `k`, for errors: "tokens_per_rank", "length^2/cp", then per tier
-  //! "intra-node (cp-1)", "... (cp-1)*t", "... (cp-1)*t^2", "... (cp-1)*max(0, t-K)" at each
-  //! knot K, and "micro-batch".
-  [[nodiscard]] static std::string feature_name(std::size_t k) {
-    if (k < intra_first)
-      return k == 0 ? "tokens_per_rank" : "length^2/cp";
-    if (k >= microbatch_feature)
-      return "micro-batch";
-    const char* tier = k < inter_first ? "intra-node" : "inter-node";
-    const std::size_t j = (k - intra_first) % tier_features;
-    if (j < 3)
-      return fmt::format("{} (cp-1){}", tier, j == 0 ? "" : j == 1 ? "*t" : "*t^2");
-    return fmt::format("{} (cp-1)*max(0, t-{})", tier, knots[j - 3]);
-  }
-
   calibrated_cost() = default;
   explicit calibrated_cost(std::array<double, feature_count> coefficients,
                            std::int32_t gpus_per_node = 8, bool has_overhead = false)
       : coefficients_(coefficients), gpus_per_node_(gpus_per_node), has_overhead_(has_overhead) {}
-
-  //! The features of a sample row (t = L/cp; the micro-batch feature 0).
-  static std::array<double, feature_count> features(std::int64_t length, std::int32_t cp,
-                                                    std::int32_t gpus_per_node) noexcept {
-    const double l = static_cast<double>(length);
-    const double c = static_cast<double>(cp);
-    const double steps = c - 1.0;
-    const double t = l / c;
-    std::array<double, feature_count> x{};
-    x[0] = t;
-    x[1] = l * l / c;
-    if (cp > 1) {
-      const std::size_t first = cp > gpus_per_node ? inter_first : intra_first;
-      x[first] = steps;
-      x[first + 1] = steps * t;
-      x[first + 2] = steps * t * t;
-      for (std::size_t j = 0; j < knot_count; ++j)
-        x[first + 3 + j] = steps * std::max(0.0, t - knots[j]);
-    }
-    return x;
-  }
-  //! The features of a row: a sample's, or only the micro-batch feature.
-  static std::array<double, feature_count> features(const calibration_row& r,
-                                                    std::int32_t gpus_per_node) noexcept {
-    if (!r.microbatch)
-      return features(r.length, r.cp, gpus_per_node);
-    std::array<double, feature_count> x{};
-    x[microbatch_feature] = 1.0;
-    return x;
+  //! The exposure form: compute a, b; per tier (inside a node, across nodes) the latency s and
+  //! shape (a shape with curvature 0 leaves the tier unmeasured: no ring); overhead m or none.
+  calibrated_cost(double a, double b, std::array<double, 2> latency,
+                  std::array<exposure_shape, 2> shapes, std::optional<double> overhead,
+                  std::int32_t gpus_per_node = 8)
+      : gpus_per_node_(gpus_per_node), has_overhead_(overhead.has_value()), exposure_(shapes) {
+    for (std::size_t i = 0; i < 2; ++i)
+      if (shapes[i].curvature > 0)
+        ends_[i] = {shapes[i].forward_end(), shapes[i].backward_end()};
+    coefficients_[0] = a, coefficients_[1] = b,
+    coefficients_[microbatch_feature] = overhead.value_or(0);
+    coefficients_[intra_first] = latency[0], coefficients_[inter_first] = latency[1];
   }
 
   [[nodiscard]] static std::string name() { return "calibrated"; }
@@ -119,8 +82,36 @@ public:
   //! everywhere keeps its bits (the maximum is evaluated in another order of operations).
   [[nodiscard]] double cost(std::int64_t length, std::int32_t cp) const noexcept {
     const double direct = formula(length, cp);
+    if (rises(length, cp))
+      return direct; // the running maximum is the formula itself
     const double envelope = running_maximum(length, cp);
     return envelope > direct * (1 + 1e-9) ? envelope : direct;
+  }
+
+  //! Whether the formula provably never falls over the lengths from 1 to `length` on `cp` ranks
+  //! (a cheap test, false where unsure): compute with a, b >= 0 and, on one rank or in the
+  //! exposure form with a latency >= 0, a slope that is >= 0 at every piece's ends (it is linear
+  //! in t between the ends of the steps' exposure).
+  [[nodiscard]] bool rises(std::int64_t length, std::int32_t cp) const noexcept {
+    const double a = coefficients_[0];
+    const double b = coefficients_[1];
+    if (!(a >= 0 && b >= 0))
+      return false;
+    if (cp <= 1)
+      return true;
+    const std::size_t tier = cp > gpus_per_node_ ? 1 : 0;
+    const exposure_shape& shape = exposure_[tier];
+    const double c = static_cast<double>(cp);
+    const double k = (c - 1.0) * coefficients_[tier == 1 ? inter_first : intra_first];
+    if (!(shape.curvature > 0) || !(k >= 0))
+      return false;
+    const double t = static_cast<double>(length) / c;
+    const auto& [forward, backward] = ends_[tier];
+    const auto rising = [&](double x) {
+      return a + 2 * b * c * x + k * shape.slope_below(x, forward, backward) >= 0;
+    };
+    return rising(1.0 / c) && rising(std::min(t, forward)) && rising(std::min(t, backward)) &&
+           rising(t);
   }
 
   //! The fitted formula itself: the features' sum term by term as `features` lays them out (the
@@ -134,6 +125,9 @@ public:
       return std::max(0.0, compute);
     const double* g = coefficients_.data() + (cp > gpus_per_node_ ? inter_first : intra_first);
     const double steps = c - 1.0;
+    const exposure_shape& shape = exposure_[cp > gpus_per_node_ ? 1 : 0];
+    if (shape.curvature > 0)
+      return std::max(0.0, compute + std::max(0.0, g[0] * (steps * shape(t))));
     double ring = g[0] * steps + g[1] * (steps * t) + g[2] * (steps * t * t);
     for (std::size_t j = 0; j < knot_count && t > knots[j]; ++j)
       ring += g[3 + j] * (steps * (t - knots[j]));
@@ -152,9 +146,21 @@ public:
       return formula(length, cp);
     const double a = coefficients_[0];
     const double bc = coefficients_[1] * c;
-    double best = std::max(0.0, quadratic_maximum(bc, a, 0.0, first, t));
+    double best = std::max(0.0, detail::quadratic_maximum(bc, a, 0.0, first, t));
     if (cp <= 1)
       return best;
+    const exposure_shape& shape = exposure_[cp > gpus_per_node_ ? 1 : 0];
+    if (shape.curvature > 0) {
+      // the exposure form: a quadratic between the ends of the steps' exposure
+      const double s = (c - 1.0) * coefficients_[cp > gpus_per_node_ ? inter_first : intra_first];
+      const auto& [forward, backward] = ends_[cp > gpus_per_node_ ? 1 : 0];
+      shape.for_each_piece(first, t, forward, backward,
+                           [&](double from, double to, double q2, double q1, double q0) {
+                             best = std::max(best, detail::quadratic_maximum(
+                                                       bc + s * q2, a + s * q1, s * q0, from, to));
+                           });
+      return best;
+    }
     // compute + ring on the piece after the last knot passed: each hinge passed adds its
     // coefficient to the slope and takes the coefficient times its knot from the constant
     const double* g = coefficients_.data() + (cp > gpus_per_node_ ? inter_first : intra_first);
@@ -165,8 +171,8 @@ public:
     for (std::size_t j = 0; j <= knot_count; ++j) {
       const double upper = j < knot_count ? std::min(t, knots[j]) : t;
       if (upper >= lower)
-        best = std::max(best, quadratic_maximum(bc + steps * g[2], a + steps * slope,
-                                                steps * constant, lower, upper));
+        best = std::max(best, detail::quadratic_maximum(bc + steps * g[2], a + steps * slope,
+                                                        steps * constant, lower, upper));
       if (upper >= t)
         break;
       slope += g[3 + j];
@@ -197,6 +203,31 @@ public:
   //! dcpp::error naming the row, the undetermined feature, or a fit that prices nothing.
   static calibrated_cost fit(std::span<const calibration_row> rows,
                              std::int32_t gpus_per_node = 8) {
+    calibrated_cost hinged = fit_hinges(rows, gpus_per_node);
+    const auto e = detail::fit_exposure(rows, gpus_per_node);
+    if (!e || !(e->rms <= hinged.report_.rms_relative))
+      return hinged;
+    const auto& k = e->coefficients;
+    const bool overhead = hinged.has_overhead_;
+    calibrated_cost exposed(k[0], k[1], {k[2], k[3]}, e->shapes,
+                            overhead ? std::optional(k[4]) : std::nullopt, gpus_per_node);
+    for (const calibration_row& r : rows)
+      if (!((r.microbatch ? k[4] : exposed.cost(r.length, r.cp)) > 0))
+        return hinged; // fill_report would refuse it
+    const std::size_t linear = static_cast<std::size_t>(
+        std::count_if(k.begin(), k.end(), [](double v) { return v != 0; }));
+    const std::size_t shaped =
+        (e->shapes[0].curvature > 0 ? 2 : 0) + (e->shapes[1].curvature > 0 ? 2 : 0);
+    exposed.fill_report(rows, linear + shaped);
+    return exposed.report_.rms_relative <= hinged.report_.rms_relative ? exposed : hinged;
+  }
+
+  //! The exposure form's shape of each tier (curvature 0: the tier is in the hinge form).
+  [[nodiscard]] const std::array<exposure_shape, 2>& exposure() const noexcept { return exposure_; }
+
+  //! The fit in the hinge form alone (`fit` keeps the better of the two forms); throws as `fit`.
+  static calibrated_cost fit_hinges(std::span<const calibration_row> rows,
+                                    std::int32_t gpus_per_node = 8) {
     detail::check_calibration_rows(rows, gpus_per_node);
     const std::array<double, feature_count> scale = column_scales(rows, gpus_per_node);
     std::vector<std::size_t> used = used_columns(rows, gpus_per_node, scale);
@@ -263,133 +294,6 @@ public:
   }
 
 private:
-  //! The largest value of q2*t^2 + q1*t + q0 over [from, to].
-  static double quadratic_maximum(double q2, double q1, double q0, double from,
-                                  double to) noexcept {
-    const auto q = [&](double x) { return (q2 * x + q1) * x + q0; };
-    double best = std::max(q(from), q(to));
-    if (q2 < 0) {
-      const double vertex = -q1 / (2 * q2);
-      if (vertex > from && vertex < to)
-        best = std::max(best, q(vertex));
-    }
-    return best;
-  }
-
-  //! A row in relative terms: its features divided by its time.
-  static std::array<double, feature_count> relative_features(const calibration_row& r,
-                                                             std::int32_t gpus_per_node) {
-    auto x = features(r, gpus_per_node);
-    for (double& v : x)
-      v /= r.seconds;
-    return x;
-  }
-
-  //! Per column, the largest |x| of the rows in relative terms (0: no row exercises it).
-  static std::array<double, feature_count> column_scales(std::span<const calibration_row> rows,
-                                                         std::int32_t gpus_per_node) {
-    std::array<double, feature_count> scale{};
-    for (const calibration_row& r : rows) {
-      const auto x = relative_features(r, gpus_per_node);
-      for (std::size_t k = 0; k < feature_count; ++k)
-        scale[k] = std::max(scale[k], std::abs(x[k]));
-    }
-    return scale;
-  }
-
-  static constexpr bool is_hinge(std::size_t k) {
-    return k >= intra_first && k < microbatch_feature && (k - intra_first) % tier_features >= 3;
-  }
-  //! t^2 and the hinges: left out where the rows cannot determine them.
-  static constexpr bool is_shape(std::size_t k) {
-    return k >= intra_first && k < microbatch_feature && (k - intra_first) % tier_features >= 2;
-  }
-
-  //! The columns the fit starts from: those some row exercises, a hinge only where at least
-  //! `rows_per_hinge` rows lie beyond its knot (one row would fit itself exactly and teach
-  //! nothing) and one lies before the next knot (without, the rows fix only the sum of the
-  //! bends between two measured points, and the fit zigzags between them to match it: the
-  //! grid of powers of two measures none of three pieces in four); the required columns first
-  //! (compute, each tier's latency and bandwidth, the micro-batch), then the shape columns, which
-  //! are left out, last first, where the rows cannot determine them (too few rows, or a column that
-  //! is nearly a combination of others).
-  static std::vector<std::size_t> used_columns(std::span<const calibration_row> rows,
-                                               std::int32_t gpus_per_node,
-                                               const std::array<double, feature_count>& scale) {
-    std::array<std::size_t, feature_count> exercised{};
-    std::array<bool, feature_count> bent{}; // a hinge: a row between its knot and the next
-    for (const calibration_row& r : rows) {
-      const auto x = features(r, gpus_per_node);
-      for (std::size_t k = 0; k < feature_count; ++k)
-        exercised[k] += x[k] != 0 ? 1 : 0;
-      if (r.microbatch || r.cp <= 1)
-        continue;
-      const double t = static_cast<double>(r.length) / static_cast<double>(r.cp);
-      const std::size_t first = r.cp > gpus_per_node ? inter_first : intra_first;
-      for (std::size_t j = 0; j < knot_count; ++j)
-        if (t > knots[j] && (j + 1 == knot_count || t <= knots[j + 1]))
-          bent[first + 3 + j] = true;
-    }
-    std::vector<std::size_t> used;
-    for (std::size_t k = 0; k < feature_count; ++k)
-      if (scale[k] > 0 && (!is_hinge(k) || (exercised[k] >= rows_per_hinge && bent[k])))
-        used.push_back(k);
-    std::stable_partition(used.begin(), used.end(), [](std::size_t k) { return !is_shape(k); });
-    const std::size_t n = rows.size();
-    const auto required = static_cast<std::size_t>(
-        std::count_if(used.begin(), used.end(), [](std::size_t k) { return !is_shape(k); }));
-    if (n < required)
-      throw error(status_code::parse_error,
-                  fmt::format("calibration: {} rows cannot determine the {} coefficients their "
-                              "(length, cp) points exercise; measure at least {} points",
-                              n, required, required));
-    while (used.size() > n)
-      used.pop_back();
-    return used;
-  }
-
-  //! The least-squares coefficients over the columns `used`, shape columns the rows do not
-  //! determine dropped from `used` (a required one is an error).
-  static std::array<double, feature_count>
-  least_squares(std::span<const calibration_row> rows, std::int32_t gpus_per_node,
-                const std::array<double, feature_count>& scale, std::vector<std::size_t>& used) {
-    const std::size_t n = rows.size();
-    for (;;) {
-      const std::size_t p = used.size();
-      // A (n x p, column-major) and b
-      std::vector<double> a(n * p);
-      std::vector<double> b(n, 1.0);
-      for (std::size_t i = 0; i < n; ++i) {
-        const auto x = relative_features(rows[i], gpus_per_node);
-        for (std::size_t j = 0; j < p; ++j)
-          a[j * n + i] = x[used[j]] / scale[used[j]];
-      }
-      const std::size_t undetermined = detail::householder_qr(a, b, n, p, [&](std::size_t j) {
-        return (is_shape(used[j]) ? 1e-7 : 1e-10) * std::sqrt(static_cast<double>(n));
-      });
-      if (undetermined < p) {
-        if (!is_shape(used[undetermined]))
-          throw error(status_code::parse_error,
-                      fmt::format("calibration: the rows do not determine the coefficient of {} "
-                                  "(it is a combination of the others); vary length and cp more",
-                                  feature_name(used[undetermined])));
-        used.erase(used.begin() + static_cast<std::ptrdiff_t>(undetermined));
-        continue;
-      }
-      std::vector<double> solution(p);
-      for (std::size_t jj = p; jj-- > 0;) {
-        double s = b[jj];
-        for (std::size_t k = jj + 1; k < p; ++k)
-          s -= a[k * n + jj] * solution[k];
-        solution[jj] = s / a[jj * n + jj];
-      }
-      std::array<double, feature_count> coefficients{};
-      for (std::size_t j = 0; j < p; ++j)
-        coefficients[used[j]] = solution[j] / scale[used[j]];
-      return coefficients;
-    }
-  }
-
   //! The fit's report over `rows` (with `p` coefficients); a fit that prices a measured sample
   //! at zero or below is refused (its rows cannot describe a time that grows with the work).
   void fill_report(std::span<const calibration_row> rows, std::size_t p) {
@@ -416,6 +320,7 @@ private:
       }
     }
     report.rms_relative = std::sqrt(sum2 / static_cast<double>(n));
+    report.form = exposure_[0].curvature > 0 || exposure_[1].curvature > 0 ? "exposure" : "hinge";
     std::vector<std::int32_t> sizes;
     for (const auto& r : rows)
       if (!r.microbatch) {
@@ -441,6 +346,8 @@ private:
   std::array<double, feature_count> coefficients_{};
   std::int32_t gpus_per_node_ = 8;
   bool has_overhead_ = false;
+  std::array<exposure_shape, 2> exposure_{};
+  std::array<std::array<double, 2>, 2> ends_{}; //!< each shape's forward and backward end
   calibration_report report_{};
 };
 static_assert(workload_estimator<calibrated_cost>);

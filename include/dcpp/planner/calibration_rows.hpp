@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,8 @@ struct calibration_report {
   double envelope_lift = 0;
   std::int64_t lift_length = 0; //!< ...at this length...
   std::int32_t lift_cp = 0;     //!< ...on this many ranks
+  //! The form of the ring's part the fit kept: "hinge" or "exposure" (calibrated_cost's comment).
+  std::string_view form = "hinge";
 };
 
 namespace detail {

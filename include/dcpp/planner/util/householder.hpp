@@ -44,4 +44,19 @@ std::size_t householder_qr(std::vector<double>& a, std::vector<double>& b, std::
   return p;
 }
 
+//! The least-squares solution after `householder_qr` returned p: R x = Q^T b by back
+//! substitution.
+inline std::vector<double> back_substitute(const std::vector<double>& a,
+                                           const std::vector<double>& b, std::size_t n,
+                                           std::size_t p) {
+  std::vector<double> x(p);
+  for (std::size_t j = p; j-- > 0;) {
+    double s = b[j];
+    for (std::size_t k = j + 1; k < p; ++k)
+      s -= a[k * n + j] * x[k];
+    x[j] = s / a[j * n + j];
+  }
+  return x;
+}
+
 } // namespace dcpp::detail
