@@ -39,9 +39,12 @@ namespace dcpp {
 //! Or, the exposure form: per tier, ring = s * (cp-1) * shape(t), the exchange as
 //! transformer_cost prices it (`exposure_shape`: a forward and a backward step's transfer less
 //! the attention that hides it, while positive) with a fitted latency s and shape. `fit` fits
-//! both forms and keeps the one whose relative residuals are smaller (the exposure form on a
-//! tie: it has fewer coefficients): rows timed from a cost of that form are priced exactly
-//! between the measured points too, where the hinges only interpolate.
+//! both forms and keeps the one whose residuals' standard error (`calibration_report::
+//! standard_error`: the rms counted against the rows less the coefficients, since a form with
+//! as many coefficients as rows fits any rows) is smaller, the exposure form on a tie (to within
+//! rounding): rows
+//! timed from a cost of that form are priced exactly between the measured points too, where
+//! the hinges only interpolate.
 //! `fit` solves the least-squares problem in relative terms (each row divided by its measured
 //! time, so that short and long samples weigh alike) with Householder QR on column-scaled
 //! features. Features that no row exercises (all cp = 1: the ring terms; no group beyond a
@@ -106,7 +109,9 @@ public:
     if (!(shape.curvature > 0) || !(k >= 0))
       return false;
     const double t = static_cast<double>(length) / c;
-    const auto& [forward, backward] = ends_[tier];
+    // (plain names: clang before 16 does not capture structured bindings)
+    const double forward = ends_[tier][0];
+    const double backward = ends_[tier][1];
     const auto rising = [&](double x) {
       return a + 2 * b * c * x + k * shape.slope_below(x, forward, backward) >= 0;
     };
@@ -153,7 +158,9 @@ public:
     if (shape.curvature > 0) {
       // the exposure form: a quadratic between the ends of the steps' exposure
       const double s = (c - 1.0) * coefficients_[cp > gpus_per_node_ ? inter_first : intra_first];
-      const auto& [forward, backward] = ends_[cp > gpus_per_node_ ? 1 : 0];
+      const std::array<double, 2>& ends = ends_[cp > gpus_per_node_ ? 1 : 0];
+      const double forward = ends[0];
+      const double backward = ends[1];
       shape.for_each_piece(first, t, forward, backward,
                            [&](double from, double to, double q2, double q1, double q0) {
                              best = std::max(best, detail::quadratic_maximum(
@@ -205,7 +212,7 @@ public:
                              std::int32_t gpus_per_node = 8) {
     calibrated_cost hinged = fit_hinges(rows, gpus_per_node);
     const auto e = detail::fit_exposure(rows, gpus_per_node);
-    if (!e || !(e->rms <= hinged.report_.rms_relative))
+    if (!e)
       return hinged;
     const auto& k = e->coefficients;
     const bool overhead = hinged.has_overhead_;
@@ -219,7 +226,9 @@ public:
     const std::size_t shaped =
         (e->shapes[0].curvature > 0 ? 2 : 0) + (e->shapes[1].curvature > 0 ? 2 : 0);
     exposed.fill_report(rows, linear + shaped);
-    return exposed.report_.rms_relative <= hinged.report_.rms_relative ? exposed : hinged;
+    // a tie within rounding (both forms exact on the rows) goes to the exposure form
+    const double hinge_error = hinged.report_.standard_error();
+    return exposed.report_.standard_error() <= hinge_error * (1 + 1e-9) + 1e-12 ? exposed : hinged;
   }
 
   //! The exposure form's shape of each tier (curvature 0: the tier is in the hinge form).

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -43,6 +44,14 @@ struct calibration_report {
   std::int32_t lift_cp = 0;     //!< ...on this many ranks
   //! The form of the ring's part the fit kept: "hinge" or "exposure" (calibrated_cost's comment).
   std::string_view form = "hinge";
+  //! The residuals' standard error: rms x sqrt(rows / (rows - coefficients)), the rms counted
+  //! against the rows the coefficients leave free; infinite where none are.
+  [[nodiscard]] double standard_error() const noexcept {
+    if (rows <= coefficients)
+      return std::numeric_limits<double>::infinity();
+    return rms_relative *
+           std::sqrt(static_cast<double>(rows) / static_cast<double>(rows - coefficients));
+  }
 };
 
 namespace detail {

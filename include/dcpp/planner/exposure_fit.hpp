@@ -169,52 +169,15 @@ inline std::optional<exposure_fit> exposure_least_squares(std::span<const calibr
   return std::isfinite(fit.rms) ? std::optional(fit) : std::nullopt;
 }
 
-//! The shape of `tier`'s exposure (0: inside a node, 1: across nodes) that fits `rows` best,
-//! the other tier's shape held: a grid of ends a factor sqrt(2) apart (or more, to keep it at 40
-//! by 40) over the tokens per rank the tier's rows measure, from a quarter of the least to four
-//! times the most; then
-//! Levenberg-Marquardt on the two ends from the grid's best, with a Jacobian by differences.
-//! Only + - * / and sqrt: the same bits on every platform.
-inline std::optional<exposure_fit> fit_exposure_tier(std::span<const calibration_row> rows,
-                                                     std::int32_t gpus_per_node,
-                                                     std::array<exposure_shape, 2> shapes,
-                                                     std::size_t tier) {
-  double least = 0, most = 0;
-  for (const calibration_row& r : rows)
-    if (!r.microbatch && r.cp > 1 && (r.cp > gpus_per_node) == (tier == 1)) {
-      const double t = static_cast<double>(r.length) / static_cast<double>(r.cp);
-      least = least == 0 ? t : std::min(least, t);
-      most = std::max(most, t);
-    }
-  if (most == 0)
-    return std::nullopt;
-  const auto at = [&](double forward, double backward) -> std::optional<exposure_fit> {
-    const auto shape = exposure_shape::from_ends(forward, backward);
-    if (!shape)
-      return std::nullopt;
-    shapes[tier] = *shape;
-    return exposure_least_squares(rows, gpus_per_node, shapes);
-  };
-  std::optional<exposure_fit> best;
-  double ends[2] = {0, 0};
-  // at most 40 points per end: a wider range takes coarser steps (2, 4, 16...)
-  double step = std::sqrt(2.0);
-  const auto fortieth_power = [](double x) {
-    double p = 1;
-    for (int i = 0; i < 40; ++i)
-      p *= x;
-    return p;
-  };
-  for (const double span = 16 * most / least; span > fortieth_power(step);)
-    step *= step;
-  for (double f = least / 4; f <= most * 4; f *= step)
-    for (double b = least / 4; b <= most * 4; b *= step)
-      if (const auto fit = at(f, b); fit && (!best || fit->rms < best->rms))
-        best = fit, ends[0] = f, ends[1] = b;
+//! Levenberg-Marquardt on a tier's two ends from `ends`, in relative steps, with a Jacobian by
+//! differences (the residuals are smooth between the tokens per rank of the rows, kinked where
+//! an end crosses one); `at(forward, backward)` fits the rest for given ends.
+template <class At>
+std::optional<exposure_fit> descend(const At& at, std::span<const calibration_row> rows,
+                                    std::int32_t gpus_per_node, std::array<double, 2> ends) {
+  std::optional<exposure_fit> best = at(ends[0], ends[1]);
   if (!best)
     return std::nullopt;
-  // Levenberg-Marquardt on the ends, in relative steps (the residuals are smooth between the
-  // tokens per rank of the rows, kinked where an end crosses one)
   const auto residuals = [&](const exposure_fit& fit) {
     std::vector<double> out;
     for (const calibration_row& r : rows) {
@@ -257,9 +220,9 @@ inline std::optional<exposure_fit> fit_exposure_tier(std::span<const calibration
       const double d2 = (-g2 * m11 + g1 * a12) / det;
       if (!(std::abs(d1) < 0.5 && std::abs(d2) < 0.5))
         continue;
-      const double next[2] = {ends[0] * (1 + d1), ends[1] * (1 + d2)};
+      const std::array<double, 2> next{ends[0] * (1 + d1), ends[1] * (1 + d2)};
       if (const auto fit = at(next[0], next[1]); fit && fit->rms < best->rms) {
-        best = fit, ends[0] = next[0], ends[1] = next[1], r0 = residuals(*fit);
+        best = fit, ends = next, r0 = residuals(*fit);
         damping = std::max(damping / 40, 1e-12); // /5 net of the loop's *8
         improved = true;
       }
@@ -267,6 +230,67 @@ inline std::optional<exposure_fit> fit_exposure_tier(std::span<const calibration
     if (!improved)
       break;
   }
+  return best;
+}
+
+//! The shape of `tier`'s exposure (0: inside a node, 1: across nodes) that fits `rows` best,
+//! the other tier's shape held: a grid of ends a factor sqrt(2) apart (or more, to keep it at 40
+//! by 40) over the tokens per rank the tier's rows measure, from a quarter of the least to four
+//! times the most; then `descend` from each of the grid's four best points.
+//! Only + - * / and sqrt: the same bits on every platform.
+inline std::optional<exposure_fit> fit_exposure_tier(std::span<const calibration_row> rows,
+                                                     std::int32_t gpus_per_node,
+                                                     std::array<exposure_shape, 2> shapes,
+                                                     std::size_t tier) {
+  double least = 0, most = 0;
+  for (const calibration_row& r : rows)
+    if (!r.microbatch && r.cp > 1 && (r.cp > gpus_per_node) == (tier == 1)) {
+      const double t = static_cast<double>(r.length) / static_cast<double>(r.cp);
+      least = least == 0 ? t : std::min(least, t);
+      most = std::max(most, t);
+    }
+  if (most == 0)
+    return std::nullopt;
+  const auto at = [&](double forward, double backward) -> std::optional<exposure_fit> {
+    const auto shape = exposure_shape::from_ends(forward, backward);
+    if (!shape)
+      return std::nullopt;
+    shapes[tier] = *shape;
+    return exposure_least_squares(rows, gpus_per_node, shapes);
+  };
+  // at most 40 points per end: a wider range takes coarser steps (2, 4, 16...)
+  double step = std::sqrt(2.0);
+  const auto fortieth_power = [](double x) {
+    double p = 1;
+    for (int i = 0; i < 40; ++i)
+      p *= x;
+    return p;
+  };
+  for (const double span = 16 * most / least; span > fortieth_power(step);)
+    step *= step;
+  struct start {
+    double rms;
+    std::array<double, 2> ends;
+  };
+  std::vector<start> grid;
+  for (double f = least / 4; f <= most * 4; f *= step)
+    for (double b = least / 4; b <= most * 4; b *= step)
+      if (const auto fit = at(f, b))
+        grid.push_back({fit->rms, {f, b}});
+  if (grid.empty())
+    return std::nullopt;
+  // the grid's best points start a descent each: the best alone can lie in a poorer valley
+  // when the rows are few (docs/benchmarks.md, "Calibration: the exposure form")
+  const std::size_t starts = std::min<std::size_t>(grid.size(), 4);
+  std::partial_sort(grid.begin(), grid.begin() + static_cast<std::ptrdiff_t>(starts), grid.end(),
+                    [](const start& x, const start& y) {
+                      return x.rms < y.rms || (x.rms == y.rms && x.ends < y.ends); // total
+                    });
+  std::optional<exposure_fit> best;
+  for (std::size_t i = 0; i < starts; ++i)
+    if (const auto fit = descend(at, rows, gpus_per_node, grid[i].ends);
+        fit && (!best || fit->rms < best->rms))
+      best = fit;
   return best;
 }
 
