@@ -60,12 +60,12 @@ public:
   //! derived values copied, not worked out again): where the passes run from that plan.
   explicit balanced_state(const balanced_state& run, best_so_far_t /*tag*/)
       : policy_(run.policy_), tuning_(run.tuning_), pr_(run.pr_), estimator_(run.estimator_),
-        exchange_(run.exchange_), o_(run.o_), costs_(run.costs_), size_(run.size_),
-        dense_(run.dense_), candidates_(run.candidates_), least_area_(run.least_area_),
-        k_min_(run.k_min_), allowed_(run.allowed_), bound_(run.bound_), floor_(run.floor_),
-        with_megatron_(run.with_megatron_), best_(run.best_), best_step_(run.best_step_),
-        have_plan_(run.have_plan_), megatron_plan_(run.megatron_plan_),
-        megatron_pending_(run.megatron_pending_) {}
+        exchange_(run.exchange_), o_(run.o_), costs_(run.costs_), buckets_(run.buckets_),
+        size_(run.size_), dense_(run.dense_), candidates_(run.candidates_),
+        least_area_(run.least_area_), k_min_(run.k_min_), allowed_(run.allowed_),
+        bound_(run.bound_), floor_(run.floor_), with_megatron_(run.with_megatron_),
+        best_(run.best_), best_step_(run.best_step_), have_plan_(run.have_plan_),
+        megatron_plan_(run.megatron_plan_), megatron_pending_(run.megatron_pending_) {}
 
   //! The passes after the steps, on the best plan.
   void finish() {
