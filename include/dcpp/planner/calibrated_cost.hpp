@@ -42,9 +42,8 @@ namespace dcpp {
 //! both forms and keeps the one whose residuals' standard error (`calibration_report::
 //! standard_error`: the rms counted against the rows less the coefficients, since a form with
 //! as many coefficients as rows fits any rows) is smaller, the exposure form on a tie (to within
-//! rounding): rows
-//! timed from a cost of that form are priced exactly between the measured points too, where
-//! the hinges only interpolate.
+//! rounding): rows timed from a cost of that form are priced exactly between the measured
+//! points too, where the hinges only interpolate.
 //! `fit` solves the least-squares problem in relative terms (each row divided by its measured
 //! time, so that short and long samples weigh alike) with Householder QR on column-scaled
 //! features. Features that no row exercises (all cp = 1: the ring terms; no group beyond a

@@ -106,7 +106,8 @@ inline double quadratic_maximum(double q2, double q1, double q0, double from, do
 struct exposure_fit {
   std::array<double, 5> coefficients{};
   std::array<exposure_shape, 2> shapes{};
-  double rms = 0; //!< of the relative residuals of the formula (before any envelope)
+  std::vector<double> residuals; //!< relative, of the formula (before any envelope), per row
+  double rms = 0;                //!< of `residuals`
 };
 
 //! The linear part of the exposure fit for given shapes: least squares in relative terms on
@@ -153,17 +154,19 @@ inline std::optional<exposure_fit> exposure_least_squares(std::span<const calibr
   const double threshold = 1e-10 * std::sqrt(static_cast<double>(n));
   if (householder_qr(a, b, n, p, [&](std::size_t) { return threshold; }) < p)
     return std::nullopt;
-  exposure_fit fit{{}, s, 0};
+  exposure_fit fit{{}, s, {}, 0};
   const std::vector<double> solution = back_substitute(a, b, n, p);
   for (std::size_t j = 0; j < p; ++j)
     fit.coefficients[used[j]] = solution[j] / scale[used[j]];
   double sum2 = 0;
+  fit.residuals.reserve(n);
   for (const calibration_row& r : rows) {
     const auto x = features(r);
     double predicted = 0;
     for (std::size_t k = 0; k < 5; ++k)
       predicted += fit.coefficients[k] * x[k];
-    sum2 += (predicted / r.seconds - 1) * (predicted / r.seconds - 1);
+    fit.residuals.push_back(predicted / r.seconds - 1);
+    sum2 += fit.residuals.back() * fit.residuals.back();
   }
   fit.rms = std::sqrt(sum2 / static_cast<double>(n));
   return std::isfinite(fit.rms) ? std::optional(fit) : std::nullopt;
@@ -173,29 +176,10 @@ inline std::optional<exposure_fit> exposure_least_squares(std::span<const calibr
 //! differences (the residuals are smooth between the tokens per rank of the rows, kinked where
 //! an end crosses one); `at(forward, backward)` fits the rest for given ends.
 template <class At>
-std::optional<exposure_fit> descend(const At& at, std::span<const calibration_row> rows,
-                                    std::int32_t gpus_per_node, std::array<double, 2> ends) {
+std::optional<exposure_fit> descend(const At& at, std::array<double, 2> ends) {
   std::optional<exposure_fit> best = at(ends[0], ends[1]);
   if (!best)
     return std::nullopt;
-  const auto residuals = [&](const exposure_fit& fit) {
-    std::vector<double> out;
-    for (const calibration_row& r : rows) {
-      double predicted = r.microbatch ? fit.coefficients[4] : 0;
-      if (!r.microbatch) {
-        const double l = static_cast<double>(r.length);
-        const double c = static_cast<double>(r.cp);
-        predicted = fit.coefficients[0] * (l / c) + fit.coefficients[1] * (l * l / c);
-        if (r.cp > 1) {
-          const std::size_t k = r.cp > gpus_per_node ? 1 : 0;
-          predicted += fit.coefficients[2 + k] * ((c - 1) * fit.shapes[k](l / c));
-        }
-      }
-      out.push_back(predicted / r.seconds - 1);
-    }
-    return out;
-  };
-  std::vector<double> r0 = residuals(*best);
   double damping = 1e-3;
   for (int iteration = 0; iteration < 100 && best->rms > 1e-14; ++iteration) {
     constexpr double h = 1e-7;
@@ -203,12 +187,11 @@ std::optional<exposure_fit> descend(const At& at, std::span<const calibration_ro
     const auto db = at(ends[0], ends[1] * (1 + h));
     if (!df || !db)
       break;
-    const std::vector<double> rf = residuals(*df);
-    const std::vector<double> rb = residuals(*db);
+    const std::vector<double>& r0 = best->residuals;
     double a11 = 0, a12 = 0, a22 = 0, g1 = 0, g2 = 0;
     for (std::size_t k = 0; k < r0.size(); ++k) {
-      const double j1 = (rf[k] - r0[k]) / h;
-      const double j2 = (rb[k] - r0[k]) / h;
+      const double j1 = (df->residuals[k] - r0[k]) / h;
+      const double j2 = (db->residuals[k] - r0[k]) / h;
       a11 += j1 * j1, a12 += j1 * j2, a22 += j2 * j2, g1 += j1 * r0[k], g2 += j2 * r0[k];
     }
     bool improved = false;
@@ -222,7 +205,7 @@ std::optional<exposure_fit> descend(const At& at, std::span<const calibration_ro
         continue;
       const std::array<double, 2> next{ends[0] * (1 + d1), ends[1] * (1 + d2)};
       if (const auto fit = at(next[0], next[1]); fit && fit->rms < best->rms) {
-        best = fit, ends = next, r0 = residuals(*fit);
+        best = fit, ends = next;
         damping = std::max(damping / 40, 1e-12); // /5 net of the loop's *8
         improved = true;
       }
@@ -288,8 +271,7 @@ inline std::optional<exposure_fit> fit_exposure_tier(std::span<const calibration
                     });
   std::optional<exposure_fit> best;
   for (std::size_t i = 0; i < starts; ++i)
-    if (const auto fit = descend(at, rows, gpus_per_node, grid[i].ends);
-        fit && (!best || fit->rms < best->rms))
+    if (const auto fit = descend(at, grid[i].ends); fit && (!best || fit->rms < best->rms))
       best = fit;
   return best;
 }
