@@ -391,6 +391,12 @@ int main(int argc, char** argv) {
       ->check(dcpp_cli::finite_in(0.001, 1e6));
   app.add_option("--regimes-ib", regimes_ib, "the regimes' ring GB/s across nodes")
       ->check(dcpp_cli::finite_in(0.001, 1e6));
+  double regimes_exposed = 0;
+  app.add_option("--regimes-exposed", regimes_exposed,
+                 "the share of each ring step's message time that stays exposed however much "
+                 "attention runs beside it (0: the two-tier transformer_cost; above 0: "
+                 "partly_hidden_cost, a ring shape dcpp does not model)")
+      ->check(dcpp_cli::finite_in(0, 1));
   bool corners = false;
   app.add_flag("--corners", corners,
                "only the scaling corners (planning time at 4 sizes per corner; without --filter "
@@ -401,8 +407,8 @@ int main(int argc, char** argv) {
   // where none runs, say so rather than print tables they did not change
   const bool regimes_run =
       !corners && (regimes || regimes_everywhere || (filter.empty() && only_policy.empty()));
-  for (const char* option :
-       {"--regimes-model", "--regimes-gpus-per-node", "--regimes-nvlink", "--regimes-ib"})
+  for (const char* option : {"--regimes-model", "--regimes-gpus-per-node", "--regimes-nvlink",
+                             "--regimes-ib", "--regimes-exposed"})
     if (app.count(option) > 0 && !regimes_run) {
       fmt::print(stderr,
                  "bench_planner: {} sets the cluster of the regimes' table, which does not run "
@@ -444,13 +450,23 @@ int main(int argc, char** argv) {
     const transformer_cost two_tier = dcpp_bench::two_tier_cost(
         transformer_cost::from_preset(regimes_model + "@h100")->model(), // checked by CLI11
         regimes_gpus_per_node, regimes_nvlink, regimes_ib);
-    const calibrated_cost calibration = dcpp_bench::calibration_of(two_tier);
-    const calibration_report& r = calibration.report();
-    fmt::print("# balanced, calibrated: planned from a fit to the cost's timings ({} rows at "
-               "lengths 256 to 256K on 1 to 256 ranks; residual rms {:.2f}%, max {:.2f}%; the "
-               "ring in the {} form), timed by the cost\n",
-               r.rows, 100 * r.rms_relative, 100 * r.max_relative, r.form);
-    run_regimes(cases, two_tier, calibration, times);
+    const auto run_under = [&](const auto& cost) {
+      const calibrated_cost calibration = dcpp_bench::calibration_of(cost);
+      const calibration_report& r = calibration.report();
+      fmt::print("# balanced, calibrated: planned from a fit to the cost's timings ({} rows at "
+                 "lengths 256 to 256K on 1 to 256 ranks; residual rms {:.2f}%, max {:.2f}%; the "
+                 "ring in the {} form), timed by the cost\n",
+                 r.rows, 100 * r.rms_relative, 100 * r.max_relative, r.form);
+      run_regimes(cases, cost, calibration, times);
+    };
+    if (regimes_exposed > 0) {
+      fmt::print("# the ring hides less: {:g} of each ring step's message time stays exposed "
+                 "(partly_hidden_cost)\n",
+                 regimes_exposed);
+      run_under(dcpp_bench::partly_hidden_cost(two_tier, regimes_exposed));
+    } else {
+      run_under(two_tier);
+    }
   };
   if (regimes || regimes_everywhere) {
     print_regimes();
