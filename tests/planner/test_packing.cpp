@@ -566,6 +566,8 @@ TEST_CASE("balanced: an unusable tuning is refused, naming the member, its value
           "balanced tuning: tie_area = 0.99 is not a finite number in [1, 1e+300]");
   refused([](auto& t) { t.loose_tie_area = std::numeric_limits<double>::quiet_NaN(); },
           "balanced tuning: loose_tie_area = nan is not a finite number in [1, 1e+300]");
+  refused([](auto& t) { t.close_tie_area = 0.999; },
+          "balanced tuning: close_tie_area = 0.999 is not a finite number in [1, 1e+300]");
   refused([](auto& t) { t.loose_tied_within = 0.5; },
           "balanced tuning: loose_tied_within = 0.5 is not a finite number in [1, 1e+300]");
   refused([](auto& t) { t.swap_groups = -5; }, "balanced tuning: swap_groups = -5 is below 1");

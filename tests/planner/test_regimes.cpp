@@ -343,3 +343,53 @@ TEST_CASE("balanced: under a ring that hides less, no slower than the baselines"
   CHECK(fitted <= std::min(megatron, reference));
   CHECK(bound <= own);
 }
+
+TEST_CASE("balanced: where nothing ties exactly, the close tied step lifts SFT batches") {
+  // a fifth of each ring step's message always exposed: no larger size ties exactly, and the
+  // loose step's 2% also raises the short samples; the close step raises the long ones alone
+  const dcpp_bench::partly_hidden_cost cost(dcpp_bench::two_tier_cost(), 0.2);
+  dcpp::balanced without_close;
+  without_close.tuning.close_tie_area = without_close.tuning.tie_area;
+  const std::vector<std::int64_t> lengths = dcpp::workload::sft_lognormal(4096, 2);
+  const dcpp::problem pr = dcpp::make_problem(
+      [] {
+        dcpp::plan_options o;
+        o.world_size = 64;
+        o.max_tokens_per_rank = 8192;
+        return o;
+      }(),
+      lengths);
+  const auto step_of = [&](const dcpp::plan& p) {
+    CHECK(dcpp::validate(p, pr.options).ok());
+    return p.metrics.estimated_step_time;
+  };
+  const double with = step_of(plan_of(lengths, 64, 8192, dcpp::balanced{}, cost));
+  const double without = step_of(plan_of(lengths, 64, 8192, without_close, cost));
+  const double bound = dcpp::budget_lower_bound(pr, cost);
+  MESSAGE("of bound: balanced " << bound / with << ", without the close step " << bound / without);
+  CHECK(with < without);
+  // where sizes tie exactly (the two-tier cost) the step does not run: the same plan
+  CHECK(plan_of(lengths, 64, 8192).microbatches ==
+        plan_of(lengths, 64, 8192, without_close).microbatches);
+}
+
+TEST_CASE("balanced: 65,536 SFT samples under a ring that hides less, no slower than the "
+          "reference rule") {
+  // the batch where, before the close tied step, the reference rule's plan was 0.27% faster;
+  // the sanitizer build (DCPP_TESTS_QUICK) leaves it out: the reference deal takes seconds here
+  if (dcpp_test::quick())
+    return;
+  const dcpp_bench::partly_hidden_cost cost(dcpp_bench::two_tier_cost(), 0.2);
+  const std::vector<std::int64_t> lengths = dcpp::workload::sft_lognormal(65536, 7);
+  dcpp::plan_options o;
+  o.world_size = 1024;
+  o.max_tokens_per_rank = 8192;
+  const dcpp::problem pr = dcpp::make_problem(o, lengths);
+  dcpp::plan own = plan_of(lengths, 1024, 8192, dcpp::balanced{}, cost);
+  CHECK(dcpp::validate(own, o).ok());
+  const double reference = dcpp_bench::reference_plan(pr, cost).metrics.estimated_step_time;
+  const double bound = dcpp::budget_lower_bound(pr, cost);
+  MESSAGE("of bound: balanced " << bound / own.metrics.estimated_step_time << ", reference "
+                                << bound / reference);
+  CHECK(own.metrics.estimated_step_time <= reference);
+}

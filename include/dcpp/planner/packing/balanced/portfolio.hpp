@@ -130,7 +130,16 @@ private:
     if (i == levelled_.first() && !with_megatron_)
       return true; // the fallback past the megatron limit
     return policy_.selected(st.construction) && size_ <= st.up_to && size_ > st.above &&
-           (!st.second || tuning_.second_list) && (!st.dense || dense_);
+           (!st.second || tuning_.second_list) && (!st.dense || dense_) &&
+           (!st.sparse || !dense_) && (!st.close_ties || !ties_exactly());
+  }
+
+  //! Whether some sample's next size ties exactly in area (then the close tied steps do not
+  //! run: the exact one stands where they would), worked out once.
+  [[nodiscard]] bool ties_exactly() const {
+    if (!ties_exactly_)
+      ties_exactly_ = tied_sizes(least_area_, costs_, 1, tuning_.tie_area).has_value();
+    return *ties_exactly_;
   }
 
   //! The steps of the first list, or of the `second` (see `balanced_tuning::second_list_gap`).
@@ -249,6 +258,7 @@ private:
   }
 
   const std::vector<balanced_step> steps_;
+  mutable std::optional<bool> ties_exactly_; // `ties_exactly()`, once asked
   gate first_passes_go_; // the passes from the first list's best start beside the second's
   // the last two: they may have work ahead reading the rest
   sized_runs<Estimator> sized_{costs_, least_area_, steps_, k_min_, floor_, tuning_, dense_};

@@ -103,19 +103,30 @@ template <class Estimator>
 }
 
 //! Levelled from `tied_sizes` with step `st`'s raises within `tuning.tie_area` (loose ties:
-//! `tuning.loose_tie_area`, none where those are the sizes of the exact ties) with its reach,
-//! within `rounds_allowed`; none where the sizes are none.
+//! `tuning.loose_tie_area`, none where those are the sizes of the exact ties; close ties:
+//! `tuning.close_tie_area`, none where some size ties exactly or those are the loose ties' sizes)
+//! with its reach, within `rounds_allowed`; none where the sizes are none.
 template <class Estimator>
 [[nodiscard]] std::optional<assignment<Estimator>>
 tied(const cost_rows<Estimator>& costs, const sample_sizes& least_area, const balanced_step& st,
      std::int64_t rounds_allowed, const balanced_tuning& tuning) {
-  const std::optional<sample_sizes> sizes = tied_sizes(
-      least_area, costs, st.tie_raises, st.loose_ties ? tuning.loose_tie_area : tuning.tie_area);
+  // the close step stands in for the exact one where nothing ties exactly (the portfolio
+  // does not run it otherwise: `balanced_run::ties_exactly`)
+  if (st.close_ties && tied_sizes(least_area, costs, st.tie_raises, tuning.tie_area))
+    return std::nullopt;
+  const std::optional<sample_sizes> sizes =
+      tied_sizes(least_area, costs, st.tie_raises,
+                 st.loose_ties ? tuning.loose_tie_area
+                               : (st.close_ties ? tuning.close_tie_area : tuning.tie_area));
   if (!sizes)
     return std::nullopt;
   if (st.loose_ties)
     if (const auto exact = tied_sizes(least_area, costs, st.tie_raises, tuning.tie_area);
         exact && exact->cp == sizes->cp)
+      return std::nullopt;
+  if (st.close_ties)
+    if (const auto loose = tied_sizes(least_area, costs, st.tie_raises, tuning.loose_tie_area);
+        loose && loose->cp == sizes->cp)
       return std::nullopt;
   levelled_start start = levelled_inputs(costs, *sizes);
   std::vector<levelled_slot> slots = std::move(start.slots);

@@ -50,10 +50,14 @@ struct balanced_step {
   //! Only on dense batches (`balanced_tuning::dense`), raising up to `far_raise_area` there as
   //! the first levelled run does.
   bool dense = false;
+  //! Only on batches that are not dense.
+  bool sparse = false;
   //! For a tied step: how many times a sample may be raised (0: as far as its ties go), and
-  //! whether the sizes tie within `loose_tie_area` rather than `tie_area`.
+  //! whether the sizes tie within `loose_tie_area` rather than `tie_area`, or within
+  //! `close_tie_area` where none tie within `tie_area`.
   std::int32_t tie_raises = 0;
   bool loose_ties = false;
+  bool close_ties = false;
 };
 
 //! The steps after the megatron construction, in the order they run (an earlier plan wins a
@@ -66,8 +70,9 @@ struct balanced_step {
 //! bisected; chunked. Then the second list: the narrow and the wide-raise variants past the
 //! variants' limit, the latter twice (up to `wide_raise_area` and `far_raise_area`: neither
 //! wins on every batch), levelled from the sizes of least area raised through ties of area
-//! (tied: once, exactly and within a looser tie, up to `tied_near_limit` on every batch and
-//! past it near the bound; then away from the bound as far as the ties go, both ways) and from
+//! (tied: once, exactly and within a looser tie, and where nothing ties exactly within a close
+//! one on batches that are not dense, up to `tied_near_limit` on every batch and past it near
+//! the bound; then away from the bound as far as the ties go, exactly and loosely) and from
 //! the target's sizes (sized), these with wide raises and free rides.
 [[nodiscard]] inline std::vector<balanced_step> balanced_steps(const balanced_tuning& t) {
   using enum balanced_construction;
@@ -87,10 +92,13 @@ struct balanced_step {
                          .tie_raises = raises,
                          .loose_ties = loose};
   };
-  // the first tied step near the bound too, exactly and loosely: on every batch up to
-  // `tied_near_limit` (`large`: past it, only near the bound)
-  const auto near_step = [&](bool large, bool loose) {
+  // the first tied step near the bound too, exactly and loosely (or `close`ly, where nothing
+  // ties exactly, on batches that are not dense): on every batch up to `tied_near_limit`
+  // (`large`: past it, only near the bound)
+  const auto near_step = [&](bool large, bool loose, bool close = false) {
     balanced_step st = tied_step(large ? always : t.tied_near_limit, 0, 1, loose);
+    st.close_ties = close;
+    st.sparse = close;
     if (large) {
       st.above = t.tied_near_limit;
       st.near = far;
@@ -136,6 +144,8 @@ struct balanced_step {
       near_step(false, true),
       near_step(true, false),
       near_step(true, true),
+      near_step(false, false, /*close=*/true),
+      near_step(true, false, /*close=*/true),
       tied_step(t.tied_limit, far, 0, false),
       tied_step(t.tied_limit, far, 0, true),
       {.construction = sized,

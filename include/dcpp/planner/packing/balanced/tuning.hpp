@@ -65,6 +65,12 @@ struct balanced_tuning {
   //! ...and for the last two tied steps, within this one: where a cost prices the ring's
   //! exchange as not quite hidden, or a fit's noise parts sizes that tie, they tie no more.
   double loose_tie_area = 1.02;
+  //! ...and where the exact ties raise no sample (a ring never wholly hidden: every larger size
+  //! costs some area), a step within this one as well, one raise, near the bound too as the
+  //! first two, on batches that are not dense: the loose step also raises the short samples,
+  //! whose larger groups cost more area than they level the rounds; this one the long ones
+  //! alone, as the exact step does where the ring hides.
+  double close_tie_area = 1.005;
   //! ...those loose steps searched on dense batches (`dense`) only where their rounds are within
   //! this factor of the best plan so far (where a step runs ahead: the best at its start): from
   //! further behind their search is the portfolio's longest there and has not caught up.
@@ -281,6 +287,7 @@ struct balanced_tuning {
              within("sized_within", sized_within, 1, big),
              within("tie_area", tie_area, 1, big),
              within("loose_tie_area", loose_tie_area, 1, big),
+             within("close_tie_area", close_tie_area, 1, big),
              within("loose_tied_within", loose_tied_within, 1, big),
              within("megatron_improve_within", megatron_improve_within, 1, big),
              within("megatron_samples_per_rank", megatron_samples_per_rank, 0, big),
